@@ -1,0 +1,52 @@
+"""FedAvg (McMahan et al., 2017)."""
+
+from __future__ import annotations
+
+from fedshift.algorithms._common import (
+    model_from_record,
+    model_record,
+    train_supervised,
+    weighted_metric,
+)
+from fedshift.core.algorithm import Algorithm, NoHparams, client_task
+from fedshift.core.context import ClientContext
+from fedshift.core.federation import Federation
+from fedshift.core.record import Kind, Record
+from fedshift.core.reduce import weighted_mean
+from fedshift.core.state import ServerState
+
+
+class FedAvg(Algorithm):
+    """Federated averaging: E local epochs of SGD from the global model, then the
+    sample-size-weighted mean of all parameters *and* BatchNorm buffers.
+
+    Client sampling (McMahan's fraction C) is the run option ``fraction``; local epochs E,
+    batch size B and learning rate are the run's ``local_epochs``, ``batch_size``, ``lr``.
+    """
+
+    name = "fedavg"
+    paper = "McMahan et al., Communication-Efficient Learning of Deep Networks, AISTATS 2017"
+    Hparams = NoHparams
+    shares = {"model": Kind.MODEL}
+
+    def round(self, state: ServerState, fed: Federation):
+        ids = fed.sample()
+        replies = fed.call("train", ids, Record().with_arrays("model", state.model))
+        if replies:
+            state.model = weighted_mean(
+                [r.subset("model") for r in replies.values()],
+                [r.metrics["num-examples"] for r in replies.values()],
+            )
+        return state, {"train_loss": weighted_metric(replies, "loss")}
+
+    def local_penalty(self, ctx: ClientContext, record: Record):
+        """Extra term of the local objective; None for plain FedAvg."""
+        return None
+
+    @client_task("train")
+    def train(self, ctx: ClientContext, record: Record) -> Record:
+        model = model_from_record(ctx, record)
+        metrics = train_supervised(model, ctx, penalty=self.local_penalty(ctx, record))
+        reply = model_record(model)
+        reply.metrics.update(metrics)
+        return reply

@@ -1,0 +1,34 @@
+"""FedProx (Li et al., 2020)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedshift.algorithms._common import proximal_penalty
+from fedshift.algorithms.fedavg import FedAvg
+from fedshift.core.context import ClientContext
+from fedshift.core.record import Record
+
+
+@dataclass(frozen=True)
+class FedProxHparams:
+    mu: float = (
+        0.01  # μ, proximal weight; paper tunes in {0.001, 0.01, 0.1, 0.5, 1}; FPL/CCST use 0.01
+    )
+
+
+class FedProx(FedAvg):
+    """FedAvg whose local loss adds μ/2·‖w − θ‖² towards the received global model θ.
+
+    The proximal term covers trainable parameters only (not BatchNorm buffers), as in the
+    official code. Deviation note: the paper's inexact-solver / partial-work (straggler)
+    setting is not simulated; every client runs the full E epochs.
+    """
+
+    name = "fedprox"
+    paper = "Li et al., Federated Optimization in Heterogeneous Networks, MLSys 2020"
+    Hparams = FedProxHparams
+
+    def local_penalty(self, ctx: ClientContext, record: Record):
+        anchor = {k: v.to(ctx.device) for k, v in record.subset("model").items()}
+        return proximal_penalty(anchor, self.hp.mu)

@@ -1,0 +1,156 @@
+"""The ``fedshift`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from fedshift.config import ConfigError
+
+EXIT_USAGE = 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports errors as one line and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        print(f"fedshift: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(
+        prog="fedshift",
+        description="Federated learning under domain shift. With no arguments, `fedshift run` "
+        "trains FedAvg on the embedded digits-dg benchmark, target mnistm.",
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
+
+    run = sub.add_parser("run", help="run one experiment")
+    run.add_argument("-a", "--algorithm", help="algorithm (see `fedshift list algorithms`)")
+    run.add_argument("-d", "--dataset", help="dataset name or folder path (default digits-dg)")
+    run.add_argument("-t", "--target", help="held-out target domain")
+    run.add_argument("--protocol", help="evaluation protocol (lodo)")
+    run.add_argument("--rounds", type=int)
+    run.add_argument("--local-epochs", type=int, dest="local_epochs")
+    run.add_argument("--clients-per-domain", type=int, dest="clients_per_domain")
+    run.add_argument("--partition", help="iid or dirichlet (inside each domain)")
+    run.add_argument("--model", help="backbone (cnn, digit5-cnn, fedproto-cnn, resnet18, resnet50)")
+    run.add_argument("--seed", type=int)
+    run.add_argument("--device", help="auto, cpu or cuda")
+    run.add_argument("--out", help="run directory (default runs/<algo>-<dataset>-<target>-s<seed>)")
+    run.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its checkpoint"
+    )
+    run.add_argument("--config", help="TOML file with run keys and an [algo] table")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config key, e.g. --set lr=0.05 --set algo.mu=0.1",
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    lst = sub.add_parser("list", help="list algorithms or datasets")
+    lst.add_argument("what", choices=["algorithms", "datasets", "models"])
+
+    ds = sub.add_parser("datasets", help="inspect datasets")
+    ds_sub = ds.add_subparsers(dest="action", parser_class=ArgumentParser, required=True)
+    show = ds_sub.add_parser("show", help="write a grid of samples per domain")
+    show.add_argument("name", nargs="?", default="digits-dg")
+    show.add_argument("--out", default="digits-grid.png")
+    show.add_argument("--per-domain", type=int, default=10, dest="per_domain")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedshift.config import resolve
+    from fedshift.core.state import CheckpointError
+    from fedshift.engine.runner import run_experiment
+    from fedshift.report.table import format_summary
+
+    flags = {
+        "algorithm": args.algorithm,
+        "dataset": args.dataset,
+        "target": args.target,
+        "protocol": args.protocol,
+        "rounds": args.rounds,
+        "local_epochs": args.local_epochs,
+        "clients_per_domain": args.clients_per_domain,
+        "partition": args.partition,
+        "model": args.model,
+        "seed": args.seed,
+        "device": args.device,
+    }
+    try:
+        cfg = resolve(args.config, flags, args.set)
+        summary, out_dir = run_experiment(
+            cfg, args.out, resume=args.resume, progress=not args.quiet
+        )
+    except (ConfigError, CheckpointError) as exc:
+        print(f"fedshift: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(format_summary(summary))
+    print(f"run directory: {out_dir}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "algorithms":
+        from fedshift.algorithms import REGISTRY
+
+        rows = [("name", "shares", "paper")]
+        for name, cls in REGISTRY.items():
+            shares = ", ".join(f"{k}:{v.value}" for k, v in cls.shares.items()) or "nothing"
+            rows.append((name, shares, cls.paper))
+    elif args.what == "models":
+        from fedshift.models import MODELS
+
+        rows = [("name", "description")] + list(MODELS.items())
+    else:
+        from fedshift.data import describe_datasets
+
+        rows = [("name", "domains (train/val/test)", "classes")]
+        for info in describe_datasets():
+            domains = ", ".join(
+                f"{d} ({s['train']}/{s['val']}/{s['test']})" for d, s in info["domains"].items()
+            )
+            rows.append((info["name"], domains, str(info["classes"])))
+        rows.append(("PATH", "any folder laid out ROOT/<domain>/<class>/<image>", "-"))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from fedshift.data import load_dataset
+    from fedshift.data.domains import DatasetError
+    from fedshift.data.preview import save_sample_grid
+
+    try:
+        dataset = load_dataset(args.name)
+    except DatasetError as exc:
+        print(f"fedshift: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    path = save_sample_grid(dataset, Path(args.out), per_domain=args.per_domain)
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv or ["run"])
+    if args.command is None:
+        args = parser.parse_args(["run", *argv])
+    handlers = {"run": cmd_run, "list": cmd_list, "datasets": cmd_datasets}
+    return handlers[args.command](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""Algorithm base class, client-task registration and the algorithm registry type."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+
+from fedshift.core.context import ClientContext, TrainConfig
+from fedshift.core.federation import Federation
+from fedshift.core.record import Kind, Record
+from fedshift.core.state import ServerState
+
+TaskFn = Callable[[Any, ClientContext, Record], Record]
+
+
+def client_task(name: str) -> Callable[[TaskFn], TaskFn]:
+    """Mark a method ``task(self, ctx, record) -> Record`` as the client task ``name``."""
+
+    def mark(fn: TaskFn) -> TaskFn:
+        fn.__client_task__ = name  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+@dataclasses.dataclass(frozen=True)
+class NoHparams:
+    """An algorithm without hyperparameters of its own."""
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """What an algorithm knows about the run it is part of (never client data)."""
+
+    num_classes: int
+    build_model: Callable[[], torch.nn.Module]
+    train_cfg: TrainConfig
+    total_rounds: int
+    seed: int
+    device: torch.device
+
+
+class Algorithm:
+    """Base of every algorithm: a server program over :class:`Federation` plus client tasks.
+
+    Subclasses set ``name``, ``paper``, ``Hparams`` (frozen dataclass, paper defaults) and
+    ``shares`` (every array a client may send, by top-level key, with its :class:`Kind`),
+    implement :meth:`round` and register client tasks with :func:`client_task`.
+    """
+
+    name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    Hparams: ClassVar[type] = NoHparams
+    shares: ClassVar[dict[str, Kind]] = {}
+    #: train on all source data pooled into one client (the non-federated reference)
+    pooled: ClassVar[bool] = False
+    #: evaluate each client's own model instead of one global model
+    personal: ClassVar[bool] = False
+    _tasks: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        tasks: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, value in vars(klass).items():
+                task = getattr(value, "__client_task__", None)
+                if task is not None:
+                    tasks[task] = attr
+        cls._tasks = tasks
+
+    def __init__(self, hp: Any, run: RunInfo):
+        self.hp = hp
+        self.run = run
+
+    # -- server side -------------------------------------------------------------------
+    def init_state(self) -> ServerState:
+        """Initial server state: by default a freshly built global model."""
+        model = self.run.build_model()
+        return ServerState(model={k: v.detach().clone() for k, v in model.state_dict().items()})
+
+    def setup(self, state: ServerState, fed: Federation) -> ServerState:
+        """One-off exchange before round 1 (style banks, amplitude banks). Default: none."""
+        return state
+
+    def round(self, state: ServerState, fed: Federation) -> tuple[ServerState, dict[str, float]]:
+        raise NotImplementedError
+
+    # -- evaluation ----------------------------------------------------------------------
+    def global_model(self, state: ServerState) -> torch.nn.Module | None:
+        """The model evaluated on held-out domains (None for purely personal methods)."""
+        if not state.model:
+            return None
+        model = self.run.build_model()
+        model.load_state_dict(state.model)
+        return model
+
+    def client_model(self, client_state: dict[str, Any]) -> torch.nn.Module | None:
+        """A client's personal model from its state (personal methods only)."""
+        return None
+
+    def predict(self, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """Class scores for normalized inputs ``x``; default: the model's logits."""
+        return model(x)
+
+    # -- client side -------------------------------------------------------------------
+    @classmethod
+    def task_names(cls) -> list[str]:
+        return sorted(cls._tasks)
+
+    def run_task(self, name: str, ctx: ClientContext, record: Record) -> Record:
+        attr = self._tasks.get(name)
+        if attr is None:
+            raise KeyError(
+                f"algorithm {self.name!r} has no client task {name!r}; "
+                f"tasks: {', '.join(self.task_names())}"
+            )
+        return getattr(self, attr)(ctx, record)
+
+
+def hparams_fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}

@@ -1,0 +1,109 @@
+"""What a client task sees: its data views, RNG, device and persistent state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fedshift.data.domains import Split
+
+
+class LabelAccessError(PermissionError):
+    """A task tried to read labels of an unlabeled (target) client."""
+
+
+def to_input(x_uint8: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """uint8 images -> float32 in [-1, 1] on ``device``."""
+    return (x_uint8.to(device, non_blocking=True).float() / 127.5) - 1.0
+
+
+class ClientData:
+    """A client's view of one split. Labels are unreachable when ``labeled`` is False."""
+
+    def __init__(self, split: Split, labeled: bool, device: torch.device):
+        self._split = split
+        self.labeled = labeled
+        self.device = device
+
+    def __len__(self) -> int:
+        return len(self._split)
+
+    @property
+    def x(self) -> torch.Tensor:
+        return self._split.x
+
+    @property
+    def y(self) -> torch.Tensor:
+        if not self.labeled:
+            raise LabelAccessError("this client is a target client: its labels are not available")
+        return self._split.y
+
+    @property
+    def mask(self) -> torch.Tensor | None:
+        if not self.labeled:
+            raise LabelAccessError("this client is a target client: its masks are not available")
+        return self._split.mask
+
+    def batches(
+        self,
+        batch_size: int,
+        rng: torch.Generator | None = None,
+        *,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        labels: bool = True,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Yield ``(x, y)`` batches on the device, x normalized to [-1, 1].
+
+        ``y`` is None when ``labels`` is False; asking for labels of an unlabeled client
+        raises :class:`LabelAccessError`.
+        """
+        n = len(self._split)
+        y_all = self.y if labels else None
+        order = torch.randperm(n, generator=rng) if shuffle else torch.arange(n)
+        stop = n - (n % batch_size) if drop_last and n >= batch_size else n
+        for start in range(0, stop, batch_size):
+            idx = order[start : start + batch_size]
+            x = to_input(self._split.x[idx], self.device)
+            y = y_all[idx].to(self.device, non_blocking=True) if y_all is not None else None
+            yield x, y
+
+
+@dataclass
+class TrainConfig:
+    """Run-level local-training settings shared by all algorithms."""
+
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    batch_size: int = 64
+    local_epochs: int = 1
+    optimizer: str = "sgd"
+
+
+@dataclass
+class ClientContext:
+    """Everything a client task may use. ``state`` persists across rounds (checkpointed)."""
+
+    client_id: int
+    name: str
+    domain: str
+    role: str
+    train: ClientData
+    val: ClientData | None
+    test: ClientData | None
+    num_classes: int
+    build_model: Callable[[], torch.nn.Module]
+    rng: torch.Generator
+    device: torch.device
+    train_cfg: TrainConfig
+    round: int = 0
+    total_rounds: int = 1
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def labeled(self) -> bool:
+        return self.role == "source"

@@ -1,0 +1,112 @@
+"""Core data containers: a :class:`Split`, a :class:`Domain` and a :class:`DomainDataset`.
+
+Images are kept in memory as ``uint8`` tensors of shape ``(N, C, H, W)``; labels are ``int64``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+class DatasetError(ValueError):
+    """A dataset could not be loaded, built or partitioned; the message says what was expected."""
+
+
+def _as_index(idx) -> torch.Tensor:
+    if isinstance(idx, torch.Tensor):
+        t = idx.to(torch.long)
+    else:
+        arr = np.asarray(idx)
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+            raise DatasetError(f"subset index must be a 1-D integer array, got dtype {arr.dtype}")
+        t = torch.from_numpy(arr.astype(np.int64, copy=False))
+    if t.dim() != 1:
+        raise DatasetError(f"subset index must be 1-D, got shape {tuple(t.shape)}")
+    return t
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """One split of a domain: images ``x`` (uint8, N×C×H×W), labels ``y`` (int64, N).
+
+    ``mask`` is an optional per-pixel foreground mask (uint8, N×H×W, values in {0, 1}).
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    mask: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.x.dim() != 4:
+            raise DatasetError(f"Split.x must have shape (N, C, H, W), got {tuple(self.x.shape)}")
+        if self.y.dim() != 1 or self.y.shape[0] != self.x.shape[0]:
+            raise DatasetError(
+                f"Split.y must have shape ({self.x.shape[0]},), got {tuple(self.y.shape)}"
+            )
+        if self.mask is not None:
+            n, _, h, w = self.x.shape
+            if tuple(self.mask.shape) != (n, h, w):
+                raise DatasetError(
+                    f"Split.mask must have shape {(n, h, w)}, got {tuple(self.mask.shape)}"
+                )
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+    def subset(self, idx) -> Split:
+        """Return the samples at ``idx`` (a 1-D integer array or tensor) as a new Split."""
+        t = _as_index(idx)
+        return Split(
+            x=self.x[t],
+            y=self.y[t],
+            mask=None if self.mask is None else self.mask[t],
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Domain:
+    """A named labeled image set with train / validation / test splits."""
+
+    name: str
+    train: Split
+    val: Split
+    test: Split
+
+    def split(self, name: str) -> Split:
+        if name not in ("train", "val", "test"):
+            raise DatasetError(f"unknown split {name!r}; expected one of: train, val, test")
+        return getattr(self, name)
+
+
+@dataclass(frozen=True, eq=False)
+class DomainDataset:
+    """A multi-domain dataset: ``domains`` maps domain name -> :class:`Domain` (ordered)."""
+
+    name: str
+    domains: dict[str, Domain]
+    classes: list[str]
+    channels: int
+    image_size: int
+    meta: dict = field(default_factory=dict)
+
+    def domain(self, name: str) -> Domain:
+        try:
+            return self.domains[name]
+        except KeyError:
+            valid = ", ".join(self.domains) or "(none)"
+            raise DatasetError(
+                f"unknown domain {name!r} for dataset {self.name!r}; valid domains: {valid}"
+            ) from None
+
+    @property
+    def domain_names(self) -> list[str]:
+        return list(self.domains)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)

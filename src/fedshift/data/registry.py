@@ -1,0 +1,119 @@
+"""Dataset names -> loaders: the built-in ``digits-dg`` and on-disk folder datasets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from fedshift.data import digits
+from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.folder import load_folder_dataset
+
+DATASETS: dict[str, str] = {digits.NAME: digits.DESCRIPTION}
+
+_FOLDER_PREFIX = "folder:"
+
+
+def _resize_split(split: Split, size: int) -> Split:
+    if split.x.shape[-1] == size and split.x.shape[-2] == size:
+        return split
+    if len(split) == 0:
+        x = split.x.new_zeros((0, split.x.shape[1], size, size))
+        m = None if split.mask is None else split.mask.new_zeros((0, size, size))
+        return Split(x=x, y=split.y, mask=m)
+    x = torch.nn.functional.interpolate(
+        split.x.float(), size=(size, size), mode="bilinear", align_corners=False, antialias=True
+    )
+    x = x.round().clamp(0, 255).to(torch.uint8)
+    mask = None
+    if split.mask is not None:
+        mask = torch.nn.functional.interpolate(
+            split.mask[:, None].float(), size=(size, size), mode="nearest"
+        )[:, 0].to(torch.uint8)
+    return Split(x=x, y=split.y, mask=mask)
+
+
+def _resized(ds: DomainDataset, size: int) -> DomainDataset:
+    if size == ds.image_size:
+        return ds
+    domains = {
+        name: Domain(
+            name=name,
+            train=_resize_split(d.train, size),
+            val=_resize_split(d.val, size),
+            test=_resize_split(d.test, size),
+        )
+        for name, d in ds.domains.items()
+    }
+    meta = {**ds.meta, "native_image_size": ds.image_size}
+    return DomainDataset(
+        name=ds.name,
+        domains=domains,
+        classes=list(ds.classes),
+        channels=ds.channels,
+        image_size=size,
+        meta=meta,
+    )
+
+
+def load_dataset(
+    name: str | os.PathLike,
+    *,
+    image_size: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    seed: int = 0,
+) -> DomainDataset:
+    """Load a dataset by built-in name, ``folder:PATH``, or an existing directory path.
+
+    ``digits-dg`` is built once and cached in ``cache_dir`` (default ``$FEDSHIFT_CACHE`` or
+    ``~/.cache/fedshift``); its content does not depend on ``seed``. For folder datasets
+    ``seed`` fixes the train/val/test split and ``image_size`` defaults to 64.
+    """
+    if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
+        raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
+    key = os.fspath(name) if isinstance(name, os.PathLike) else name
+    if not isinstance(key, str):
+        raise DatasetError(f"dataset name must be a string or path, got {type(name).__name__}")
+    if key in DATASETS:
+        ds = digits.load_digits_dg(cache_dir=cache_dir)
+        return ds if image_size is None else _resized(ds, int(image_size))
+    if key.startswith(_FOLDER_PREFIX):
+        path = key[len(_FOLDER_PREFIX) :]
+        if not path:
+            raise DatasetError("'folder:' needs a path, e.g. folder:/data/PACS")
+        return load_folder_dataset(
+            path, image_size=64 if image_size is None else int(image_size), seed=seed
+        )
+    if key and Path(key).expanduser().is_dir():
+        return load_folder_dataset(
+            key, image_size=64 if image_size is None else int(image_size), seed=seed
+        )
+    builtins = ", ".join(DATASETS)
+    raise DatasetError(
+        f"unknown dataset {key!r}: built-in datasets are {builtins}; or give an existing "
+        "directory laid out as ROOT/<domain>/<class>/<image> (optionally as folder:PATH)"
+    )
+
+
+def describe_datasets(cache_dir: str | os.PathLike | None = None) -> list[dict]:
+    """Name, description, per-domain split sizes and class count of each built-in dataset.
+
+    Loads (building on first use) each dataset.
+    """
+    out = []
+    for name, desc in DATASETS.items():
+        ds = load_dataset(name, cache_dir=cache_dir)
+        out.append(
+            {
+                "name": name,
+                "description": desc,
+                "domains": {
+                    d: {"train": len(dom.train), "val": len(dom.val), "test": len(dom.test)}
+                    for d, dom in ds.domains.items()
+                },
+                "classes": ds.num_classes,
+            }
+        )
+    return out

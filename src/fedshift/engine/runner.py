@@ -1,0 +1,443 @@
+"""A run: config -> task -> rounds -> run directory (config, metrics, summary, checkpoint)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+import fedshift
+from fedshift.algorithms import REGISTRY
+from fedshift.config import ConfigError, RunConfig, make_hparams
+from fedshift.core.algorithm import Algorithm, RunInfo
+from fedshift.core.context import ClientContext, TrainConfig
+from fedshift.core.context import ClientData as ClientView
+from fedshift.core.seeding import derive_seed
+from fedshift.core.state import CheckpointError, ServerState, atomic_save, load_checkpoint
+from fedshift.data import load_dataset
+from fedshift.data.domains import DatasetError, DomainDataset
+from fedshift.engine.simulation import SimulationFederation
+from fedshift.engine.task import FederatedTask, build_task
+from fedshift.eval.metrics import accuracy, select_round
+from fedshift.models import build_model
+
+CHECKPOINT_FORMAT = "fedshift-checkpoint-v1"
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "device 'cuda' requested but CUDA is not available; use --device cpu or auto"
+        )
+    return torch.device(name)
+
+
+def model_builder(cfg: RunConfig, dataset: DomainDataset):
+    """A function returning the same seeded initialization on every call."""
+    image_size = cfg.image_size or dataset.image_size
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(cfg.seed, "model-init"))
+        try:
+            template = build_model(
+                cfg.model,
+                dataset.num_classes,
+                in_channels=dataset.channels,
+                image_size=image_size,
+                weights_path=cfg.model_weights or None,
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def build() -> torch.nn.Module:
+        return copy.deepcopy(template)
+
+    return build
+
+
+@dataclass
+class Experiment:
+    """Everything built from a config before the first round."""
+
+    cfg: RunConfig
+    dataset: DomainDataset
+    task: FederatedTask
+    algorithm: Algorithm
+    contexts: dict[int, ClientContext]
+    device: torch.device
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def prepare(
+    cfg: RunConfig, *, cache_dir: str | None = None, dataset: DomainDataset | None = None
+) -> Experiment:
+    """Load data, partition, build algorithm and client contexts; raises on bad input.
+
+    ``dataset`` skips loading ``cfg.dataset`` (tests pass small in-memory datasets).
+    """
+    device = resolve_device(cfg.device)
+    if dataset is None:
+        try:
+            dataset = load_dataset(
+                cfg.dataset, cache_dir=cache_dir, image_size=cfg.image_size or None
+            )
+        except DatasetError as exc:
+            raise ConfigError(str(exc)) from None
+    algo_cls = REGISTRY[cfg.algorithm]
+    task = build_task(cfg, dataset, pooled=algo_cls.pooled)
+    build = model_builder(cfg, dataset)
+    train_cfg = TrainConfig(
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        batch_size=cfg.batch_size,
+        local_epochs=cfg.local_epochs,
+        optimizer=cfg.optimizer,
+    )
+    run = RunInfo(
+        num_classes=dataset.num_classes,
+        build_model=build,
+        train_cfg=train_cfg,
+        total_rounds=cfg.rounds,
+        seed=cfg.seed,
+        device=device,
+    )
+    algorithm = algo_cls(make_hparams(cfg), run)
+    contexts = {}
+    for client in task.clients:
+        labeled = client.role == "source"
+        contexts[client.client_id] = ClientContext(
+            client_id=client.client_id,
+            name=client.name,
+            domain=client.domain,
+            role=client.role,
+            train=ClientView(client.train, labeled, device),
+            val=ClientView(client.val, labeled, device),
+            test=ClientView(client.test, labeled, device),
+            num_classes=dataset.num_classes,
+            build_model=build,
+            rng=torch.Generator(),
+            device=device,
+            train_cfg=train_cfg,
+            total_rounds=cfg.rounds,
+        )
+    info = {
+        "fedshift_version": fedshift.__version__,
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "sources": task.sources,
+        "targets": task.targets,
+        "clients": [
+            {
+                "id": c.client_id,
+                "name": c.name,
+                "domain": c.domain,
+                "role": c.role,
+                "train": len(c.train),
+                "val": len(c.val),
+                "test": len(c.test),
+            }
+            for c in task.clients
+        ],
+        "dataset_meta": {"classes": dataset.classes, "image_size": dataset.image_size},
+    }
+    return Experiment(cfg, dataset, task, algorithm, contexts, device, info)
+
+
+def evaluate(exp: Experiment, state: ServerState) -> dict[str, Any]:
+    """Target and per-domain test accuracy, and source-validation accuracy.
+
+    Global methods are evaluated with their global model; personal methods (``local``)
+    with each client's model, averaged over clients; their ``personalized_accuracy`` is
+    each client's model on its own test share.
+    """
+    algo, device = exp.algorithm, exp.device
+    domain_names = exp.dataset.domain_names
+    if algo.personal:
+        models = {cid: algo.client_model(ctx.state) for cid, ctx in exp.contexts.items()}
+        models = {cid: m for cid, m in models.items() if m is not None}
+        if not models:
+            return {}
+        per_domain = {
+            d: _mean(
+                [
+                    accuracy(m, exp.dataset.domain(d).test, device, algo.predict)
+                    for m in models.values()
+                ]
+            )
+            for d in domain_names
+        }
+        own_val = [
+            accuracy(m, exp.task.clients[i].val, device, algo.predict)
+            for i, m in _by_index(exp, models)
+        ]
+        own_test = [
+            accuracy(m, exp.task.clients[i].test, device, algo.predict)
+            for i, m in _by_index(exp, models)
+        ]
+        out = {
+            "source_val_accuracy": _mean(own_val),
+            "personalized_accuracy": _mean(own_test),
+            "personalized_accuracy_std": _std(own_test),
+        }
+    else:
+        model = algo.global_model(state)
+        if model is None:
+            return {}
+        per_domain = {
+            d: accuracy(model, exp.dataset.domain(d).test, device, algo.predict)
+            for d in domain_names
+        }
+        sizes = [len(exp.dataset.domain(d).val) for d in exp.task.sources]
+        accs = [
+            accuracy(model, exp.dataset.domain(d).val, device, algo.predict)
+            for d in exp.task.sources
+        ]
+        out = {
+            "source_val_accuracy": sum(a * n for a, n in zip(accs, sizes, strict=True)) / sum(sizes)
+        }
+    out["target_accuracy"] = _mean([per_domain[t] for t in exp.task.targets])
+    out["per_domain_accuracy"] = per_domain
+    return out
+
+
+def _by_index(exp: Experiment, models: dict[int, torch.nn.Module]):
+    index = {c.client_id: i for i, c in enumerate(exp.task.clients)}
+    return [(index[cid], m) for cid, m in models.items()]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    m = _mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def default_run_name(cfg: RunConfig) -> str:
+    return f"{cfg.algorithm}-{Path(cfg.dataset).name}-{cfg.target}-s{cfg.seed}"
+
+
+def unique_dir(base: Path) -> Path:
+    if not base.exists():
+        return base
+    for i in range(2, 10_000):
+        candidate = base.with_name(f"{base.name}-{i}")
+        if not candidate.exists():
+            return candidate
+    raise ConfigError(f"too many runs named {base}")
+
+
+COMPARE_IGNORE = ("device",)
+
+
+def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
+    now = cfg.to_dict()
+    diffs = [k for k in now if k not in COMPARE_IGNORE and saved.get(k) != now[k]]
+    if diffs:
+        k = diffs[0]
+        raise CheckpointError(
+            f"cannot resume: config differs from the checkpoint ({k}: saved {saved.get(k)!r}, "
+            f"now {now[k]!r}); resume with the same settings or start a new run"
+        )
+
+
+class Runner:
+    """Drives one experiment through its rounds with checkpoints after each round."""
+
+    def __init__(self, exp: Experiment, out_dir: Path, *, progress: bool = True):
+        self.exp = exp
+        self.out = out_dir
+        self.progress = progress
+        cfg = exp.cfg
+        self.fed = SimulationFederation(
+            exp.algorithm,
+            exp.contexts,
+            seed=cfg.seed,
+            fraction=cfg.fraction,
+            failure_policy=cfg.failure_policy,
+            min_clients=cfg.min_clients,
+            count_bytes=not exp.algorithm.pooled,
+            total_rounds=cfg.rounds,
+        )
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out / "checkpoint.pt"
+
+    def _save(self, round_: int, state: ServerState, history: list[dict], wall: float) -> None:
+        atomic_save(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "round": round_,
+                "config": self.exp.cfg.to_dict(),
+                "server": state.to_dict(),
+                "clients": {str(cid): ctx.state for cid, ctx in self.exp.contexts.items()},
+                "counters": {
+                    "bytes_up": self.fed.bytes_up,
+                    "bytes_down": self.fed.bytes_down,
+                    "samples": self.fed.samples,
+                    "wall_seconds": wall,
+                },
+                "history": history,
+            },
+            self.checkpoint_path,
+        )
+
+    def _restore(self) -> tuple[int, ServerState, list[dict], float]:
+        data = load_checkpoint(self.checkpoint_path)
+        check_resume_config(data["config"], self.exp.cfg)
+        for cid, ctx in self.exp.contexts.items():
+            ctx.state = dict(data["clients"].get(str(cid), {}))
+        counters = data["counters"]
+        self.fed.bytes_up = counters["bytes_up"]
+        self.fed.bytes_down = counters["bytes_down"]
+        self.fed.samples = counters["samples"]
+        return (
+            data["round"],
+            ServerState.from_dict(data["server"]),
+            list(data["history"]),
+            counters["wall_seconds"],
+        )
+
+    def run(self, *, resume: bool = False, stop_after: int | None = None) -> dict[str, Any]:
+        """Run (or continue) all rounds; ``stop_after`` ends early (to test resuming)."""
+        cfg, algo, fed = self.exp.cfg, self.exp.algorithm, self.fed
+        self.out.mkdir(parents=True, exist_ok=True)
+        if resume:
+            start, state, history, wall = self._restore()
+        else:
+            (self.out / "config.json").write_text(
+                json.dumps({**cfg.to_dict(), "run_info": self.exp.info}, indent=2) + "\n"
+            )
+            start, history, wall = 0, [], 0.0
+            fed.begin_round(0)
+            state = algo.init_state()
+            state = algo.setup(state, fed)
+        self._write_metrics(history)
+        bar = tqdm(
+            total=cfg.rounds,
+            initial=start,
+            desc=f"{cfg.algorithm} -> {cfg.target}",
+            unit="round",
+            disable=not self.progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+        for round_ in range(start + 1, cfg.rounds + 1):
+            t0 = time.perf_counter()
+            fed.begin_round(round_)
+            state, train_metrics = algo.round(state, fed)
+            entry: dict[str, Any] = {"round": round_}
+            entry.update({k: float(v) for k, v in train_metrics.items()})
+            if round_ % cfg.eval_every == 0 or round_ == cfg.rounds:
+                entry.update(evaluate(self.exp, state))
+            entry["bytes_up"] = fed.bytes_up
+            entry["bytes_down"] = fed.bytes_down
+            entry["failed_clients"] = len(fed.failures)
+            wall += time.perf_counter() - t0
+            entry["seconds"] = round(time.perf_counter() - t0, 3)
+            history.append(entry)
+            self._save(round_, state, history, wall)
+            self._append_metrics(entry)
+            bar.update(1)
+            bar.set_postfix(
+                loss=f"{entry.get('train_loss', float('nan')):.3f}",
+                target=f"{entry.get('target_accuracy', float('nan')):.3f}",
+            )
+            if stop_after is not None and round_ >= stop_after and round_ < cfg.rounds:
+                bar.close()
+                return {}
+        bar.close()
+        summary = self.summarize(history, wall)
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _write_metrics(self, history: list[dict]) -> None:
+        with open(self.out / "metrics.jsonl", "w") as handle:
+            for entry in history:
+                handle.write(json.dumps(entry) + "\n")
+
+    def _append_metrics(self, entry: dict) -> None:
+        with open(self.out / "metrics.jsonl", "a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def summarize(self, history: list[dict], wall: float) -> dict[str, Any]:
+        cfg = self.exp.cfg
+        chosen = select_round(history, "source-val")
+        last = select_round(history, "last")
+        oracle = select_round(history, "oracle")
+        summary = {
+            "algorithm": cfg.algorithm,
+            "dataset": cfg.dataset,
+            "protocol": cfg.protocol,
+            "target": cfg.target,
+            "seed": cfg.seed,
+            "rounds": cfg.rounds,
+            "model_selection": "source-val",
+            "target_accuracy": chosen["target_accuracy"],
+            "selected_round": chosen["round"],
+            "target_accuracy_last": last["target_accuracy"],
+            "target_accuracy_oracle": oracle["target_accuracy"],
+            "oracle_round": oracle["round"],
+            "source_val_accuracy": chosen["source_val_accuracy"],
+            "per_domain_accuracy": chosen["per_domain_accuracy"],
+            "per_domain_accuracy_last": last["per_domain_accuracy"],
+            "bytes_up": self.fed.bytes_up,
+            "bytes_down": self.fed.bytes_down,
+            "bytes_per_round": (self.fed.bytes_up + self.fed.bytes_down) / max(cfg.rounds, 1),
+            "failed_clients": sum(h.get("failed_clients", 0) for h in history),
+            "wall_seconds": round(wall, 3),
+            "samples_per_second": round(self.fed.samples / wall, 1) if wall > 0 else 0.0,
+            "device": str(self.exp.device),
+        }
+        if "personalized_accuracy" in last:
+            summary["personalized_accuracy"] = last["personalized_accuracy"]
+            summary["personalized_accuracy_std"] = last["personalized_accuracy_std"]
+        return summary
+
+
+def run_experiment(
+    cfg: RunConfig,
+    out: str | Path | None = None,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    stop_after: int | None = None,
+    cache_dir: str | None = None,
+    dataset: DomainDataset | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """Build and run; returns the summary (empty if stopped early) and the run directory."""
+    if resume and out is None:
+        raise ConfigError("--resume needs --out RUN_DIR (the run to continue)")
+    exp = prepare(cfg, cache_dir=cache_dir, dataset=dataset)
+    if out is None:
+        out_dir = unique_dir(Path("runs") / default_run_name(cfg))
+    else:
+        out_dir = Path(out)
+        if resume and not (out_dir / "checkpoint.pt").exists():
+            raise CheckpointError(f"cannot resume: no checkpoint.pt in {out_dir}")
+        if not resume and out_dir.exists() and any(out_dir.iterdir()):
+            raise ConfigError(
+                f"run directory {out_dir} is not empty; "
+                "use --resume to continue it or another --out"
+            )
+    runner = Runner(exp, out_dir, progress=progress)
+    return runner.run(resume=resume, stop_after=stop_after), out_dir

@@ -1,0 +1,70 @@
+"""The model contract: a backbone that yields flat features and a head that yields logits."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["FedModel", "normalize_input"]
+
+
+class FedModel(nn.Module):
+    """Backbone with an explicit features/classifier split.
+
+    The feature extractor lives under ``self.backbone`` and the classifier under ``self.head``,
+    so every ``state_dict`` key starts with ``"backbone."`` or ``"head."``. Algorithms that treat
+    the two parts differently (FACT's G and F, PerAda's adapters, FedRep/FedBABU-style
+    personalization) split parameters on those prefixes.
+
+    Attributes:
+        backbone: maps images ``(N, C, H, W)`` to flat features ``(N, embed_dim)``.
+        head: maps features to logits ``(N, num_classes)``; an ``nn.Linear`` or an
+            ``nn.Sequential`` (see the individual model for which).
+        embed_dim: size of the feature vector.
+        num_classes: number of output logits.
+        arch: the registry name the model was built from (informational).
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        head: nn.Module,
+        *,
+        embed_dim: int,
+        num_classes: int,
+        arch: str = "",
+    ) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+        self.embed_dim = int(embed_dim)
+        self.num_classes = int(num_classes)
+        self.arch = arch
+
+    def features(self, x: Tensor) -> Tensor:
+        """Images ``(N, C, H, W)`` -> flat features ``(N, embed_dim)``."""
+        return self.backbone(x)
+
+    def classifier(self, f: Tensor) -> Tensor:
+        """Features ``(N, embed_dim)`` -> logits ``(N, num_classes)``."""
+        return self.head(f)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classifier(self.features(x))
+
+    def extra_repr(self) -> str:
+        return f"arch={self.arch!r}, embed_dim={self.embed_dim}, num_classes={self.num_classes}"
+
+
+def normalize_input(x_uint8: Tensor) -> Tensor:
+    """Map uint8 images in ``[0, 255]`` to float32 in ``[-1, 1]``: ``(x / 255 - 0.5) / 0.5``.
+
+    Works on any shape (typically ``(N, C, H, W)``); the result is on the input's device.
+    """
+    if not isinstance(x_uint8, Tensor):
+        raise TypeError(f"normalize_input expects a torch.Tensor, got {type(x_uint8).__name__}")
+    if x_uint8.dtype != torch.uint8:
+        raise ValueError(
+            f"normalize_input expects a uint8 tensor with values in [0, 255], got {x_uint8.dtype}"
+        )
+    return (x_uint8.to(torch.float32) / 255.0 - 0.5) / 0.5

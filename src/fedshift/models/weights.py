@@ -1,0 +1,136 @@
+"""Loading a local ``state_dict`` file into a FedModel (never downloads anything)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+from .base import FedModel
+
+__all__ = ["load_weights"]
+
+_PREFIXES = ("backbone.", "head.")
+_WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
+_SHOW = 5  # how many offending keys an error message lists
+
+
+def _read(path: str | os.PathLike) -> dict[str, Tensor]:
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"weights file not found: {path!r}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # corrupt file, pickle with disallowed globals, ...
+        raise ValueError(
+            f"could not read weights file {path!r} as a tensor state_dict "
+            f"(torch.load(weights_only=True) failed: {type(exc).__name__}: {exc})"
+        ) from exc
+    if isinstance(obj, Mapping) and not all(isinstance(v, Tensor) for v in obj.values()):
+        # a checkpoint that wraps the state_dict, e.g. {"state_dict": {...}, "epoch": 3}
+        for key in _WRAPPER_KEYS:
+            if isinstance(obj.get(key), Mapping):
+                obj = obj[key]
+                break
+    if (
+        not isinstance(obj, Mapping)
+        or not obj
+        or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items())
+    ):
+        raise ValueError(
+            f"weights file {path!r} does not hold a state_dict: expected a non-empty dict "
+            f"mapping parameter names to tensors, got {type(obj).__name__}"
+        )
+    state = dict(obj)
+    if all(k.startswith("module.") for k in state):  # saved from nn.DataParallel
+        state = {k[len("module.") :]: v for k, v in state.items()}
+    return state
+
+
+def _listing(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_SHOW])
+    return shown + (f", ... ({len(keys)} in all)" if len(keys) > _SHOW else "")
+
+
+def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
+    """Load a local ``state_dict`` file into ``model`` in place and return it.
+
+    Accepted layouts:
+
+    * a fedshift state_dict (keys start with ``backbone.`` / ``head.``), as written by
+      ``torch.save(model.state_dict(), path)``;
+    * a plain torchvision ResNet state_dict (``conv1.*``, ``bn1.*``, ``layer*.*``, ``fc.*``),
+      for the ``resnet18`` / ``resnet50`` models: ``fc.*`` becomes ``head.*`` and everything
+      else ``backbone.*``.
+
+    Either may be wrapped in a dict under ``"state_dict"`` / ``"model_state_dict"`` / ``"model"``
+    and may carry a DataParallel ``module.`` prefix.
+
+    The backbone must match exactly (same keys, same shapes). The head is loaded only when all
+    its keys are present with matching shapes; otherwise (e.g. an ImageNet ``fc`` with 1000
+    classes) it keeps its fresh initialization and a ``UserWarning`` says so.
+
+    Raises:
+        ValueError: missing file, unreadable file, not a state_dict, or backbone keys/shapes
+            that do not fit the model (the message lists what was expected).
+    """
+    state = _read(path)
+    name = model.arch or type(model).__name__
+    ours = any(k.startswith(_PREFIXES) for k in state)
+    if not ours:
+        state = {
+            ("head." + k[3:] if k.startswith("fc.") else "backbone." + k): v
+            for k, v in state.items()
+        }
+    layout = "fedshift" if ours else "torchvision-style (mapped to backbone./head.)"
+
+    expected = model.state_dict()
+    missing = [k for k in expected if k.startswith("backbone.") and k not in state]
+    unexpected = [k for k in state if k not in expected]
+    wrong_shape = [
+        f"{k} (file {tuple(state[k].shape)}, model {tuple(expected[k].shape)})"
+        for k in expected
+        if k.startswith("backbone.") and k in state and state[k].shape != expected[k].shape
+    ]
+    if missing or unexpected or wrong_shape:
+        parts = []
+        if missing:
+            parts.append(f"missing keys: {_listing(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys: {_listing(unexpected)}")
+        if wrong_shape:
+            parts.append(f"shape mismatches: {_listing(wrong_shape)}")
+        hint = (
+            ""
+            if ours
+            else "; a torchvision-style state_dict only fits 'resnet18'/'resnet50' "
+            "built with the same options (small_input, in_channels) as the saved network"
+        )
+        raise ValueError(
+            f"weights file {os.fspath(path)!r} ({layout}) does not fit model {name!r}: "
+            + "; ".join(parts)
+            + f". Expected keys like {_listing(list(expected))}"
+            + hint
+        )
+
+    head_keys = [k for k in expected if k.startswith("head.")]
+    head_ok = all(k in state and state[k].shape == expected[k].shape for k in head_keys)
+    merged = dict(expected)
+    for k in expected:
+        if k.startswith("backbone.") or head_ok:
+            merged[k] = state[k]
+    if not head_ok:
+        found = {k: tuple(state[k].shape) for k in head_keys if k in state}
+        warnings.warn(
+            f"weights file {os.fspath(path)!r}: head not loaded into model {name!r} "
+            f"(num_classes={model.num_classes}); file has {found or 'no head'}, model expects "
+            f"{ {k: tuple(expected[k].shape) for k in head_keys} }. "
+            "The head keeps its fresh initialization.",
+            UserWarning,
+            stacklevel=3,
+        )
+    model.load_state_dict(merged, strict=True)
+    return model

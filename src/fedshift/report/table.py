@@ -1,0 +1,50 @@
+"""Human-readable result tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * value:.2f}" if isinstance(value, float) else "-"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A result table for one run: per-domain accuracy plus the headline numbers."""
+    if not summary:
+        return "run stopped before its last round (resume it with --resume)"
+    lines = [
+        f"{summary['algorithm']} on {summary['dataset']} ({summary['protocol']}), "
+        f"target {summary['target']}, seed {summary['seed']}, {summary['rounds']} rounds",
+        "",
+        f"{'domain':<16}{'test acc %':>11}{'':>4}",
+    ]
+    for domain, acc in summary["per_domain_accuracy"].items():
+        tag = "  (target)" if domain == summary["target"] else ""
+        lines.append(f"{domain:<16}{_pct(acc):>11}{tag}")
+    lines += [
+        "",
+        f"target accuracy (source-val selected, round {summary['selected_round']}): "
+        f"{_pct(summary['target_accuracy'])}",
+        f"target accuracy (last round): {_pct(summary['target_accuracy_last'])}",
+        f"target accuracy (oracle, round {summary['oracle_round']}; uses target labels): "
+        f"{_pct(summary['target_accuracy_oracle'])}",
+    ]
+    if "personalized_accuracy" in summary:
+        lines.append(
+            f"personalized accuracy: {_pct(summary['personalized_accuracy'])} "
+            f"± {_pct(summary['personalized_accuracy_std'])}"
+        )
+    lines.append(
+        f"communication: {_bytes(summary['bytes_up'])} up, {_bytes(summary['bytes_down'])} down; "
+        f"{summary['wall_seconds']:.1f} s, {summary['samples_per_second']:.0f} samples/s"
+    )
+    return "\n".join(lines)
