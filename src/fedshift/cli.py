@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-a", "--algorithm", help="algorithm (see `fedshift list algorithms`)")
     run.add_argument("-d", "--dataset", help="dataset name or folder path (default digits-dg)")
     run.add_argument("-t", "--target", help="held-out target domain")
+    run.add_argument("-s", "--sources", help="comma-separated source domains (default: all others)")
     run.add_argument("--protocol", help="evaluation protocol (lodo)")
     run.add_argument("--rounds", type=int)
     run.add_argument("--local-epochs", type=int, dest="local_epochs")
@@ -76,6 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "algorithm": args.algorithm,
         "dataset": args.dataset,
         "target": args.target,
+        "sources": args.sources,
         "protocol": args.protocol,
         "rounds": args.rounds,
         "local_epochs": args.local_epochs,

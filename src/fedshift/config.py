@@ -26,6 +26,7 @@ class RunConfig:
     algorithm: str = "fedavg"
     dataset: str = "digits-dg"
     target: str = "mnistm"  # held-out domain (leave-one-domain-out)
+    sources: str = ""  # comma-separated source domains; empty: every domain but the target
     protocol: str = "lodo"
     rounds: int = 30
     local_epochs: int = 1

@@ -47,7 +47,23 @@ def build_task(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> Feder
             f"unknown target domain {cfg.target!r} for {dataset.name}; "
             f"choose one of: {', '.join(names)}"
         )
-    sources = [d for d in names if d != cfg.target]
+    if cfg.sources:
+        sources = [s.strip() for s in cfg.sources.split(",") if s.strip()]
+        unknown = [s for s in sources if s not in names]
+        if unknown:
+            raise ConfigError(
+                f"unknown source domain {unknown[0]!r} for {dataset.name}; "
+                f"choose from: {', '.join(names)}"
+            )
+        if cfg.target in sources:
+            raise ConfigError(
+                f"target domain {cfg.target!r} is also a source; leave-one-domain-out keeps the "
+                "target out of training"
+            )
+        if len(set(sources)) != len(sources):
+            raise ConfigError(f"source domains repeat: {cfg.sources}")
+    else:
+        sources = [d for d in names if d != cfg.target]
     if not sources:
         raise ConfigError(
             f"{dataset.name} has a single domain: leave-one-domain-out needs two or more"

@@ -1,0 +1,95 @@
+"""Command-line behaviour: errors are one line, exit code 2, and write nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fedshift.cli import main
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch, digits_cache, digits):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDSHIFT_CACHE", digits_cache)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["run", "-a", "fedsgd"], "unknown algorithm 'fedsgd'; choose one of: fedavg"),
+        (["run", "-d", "nope"], "nope"),
+        (["run", "-t", "svhn"], "unknown target domain 'svhn' for digits-dg; choose one of: mnist"),
+        (["run", "--set", "learning_rate=0.1"], "unknown config key 'learning_rate'"),
+        (["run", "--set", "algo.mu=0.1"], "unknown hyperparameter 'algo.mu' for algorithm 'fedavg'"),
+        (["run", "-a", "fedprox", "--set", "algo.mu=x"], "algo.mu expects float"),
+        (["run", "-t", "mnist", "-s", "mnist,syn"], "target domain 'mnist' is also a source"),
+        (["run", "-s", "mnist,usps"], "unknown source domain 'usps'"),
+        (["run", "--protocol", "xyz"], "unknown protocol 'xyz'; choose one of: lodo"),
+        (["run", "--rounds", "0"], "rounds must be >= 1"),
+        (["run", "--clients-per-domain", "100000"], "clients"),
+        (["run", "--device", "tpu"], "unknown device 'tpu'"),
+        (["run", "--resume", "--out", "missing-run"], "no checkpoint.pt in missing-run"),
+        (["run", "--config", "missing.toml"], "config file missing.toml does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(in_tmp, capsys, argv, expected):
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("fedshift: error: "), err
+    assert expected in err[0]
+    assert not (in_tmp / "runs").exists()
+
+
+def test_unknown_subcommand_exits_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2
+
+
+def test_list_algorithms_shows_what_each_shares(capsys):
+    assert main(["list", "algorithms"]) == 0
+    out = capsys.readouterr().out
+    for name in ("fedavg", "fedprox", "local", "centralized"):
+        assert name in out
+    assert "model:model" in out and "nothing" in out
+
+
+def test_list_datasets(in_tmp, capsys):
+    assert main(["list", "datasets"]) == 0
+    out = capsys.readouterr().out
+    assert "digits-dg" in out and "mnistm" in out and "optdigits" in out
+
+
+def test_toml_config_and_set_override(in_tmp, capsys):
+    (in_tmp / "exp.toml").write_text(
+        'algorithm = "fedprox"\nrounds = 1\ntarget = "optdigits"\n[algo]\nmu = 0.5\n'
+    )
+    code = main(["run", "--config", "exp.toml", "--set", "algo.mu=0.25", "--quiet",
+                 "--set", "device=cpu", "--out", "r"])
+    assert code == 0, capsys.readouterr().err
+    config = json.loads((in_tmp / "r" / "config.json").read_text())
+    assert config["algorithm"] == "fedprox" and config["algo"] == {"mu": 0.25}
+    summary = json.loads((in_tmp / "r" / "summary.json").read_text())
+    for key in ("target_accuracy", "target_accuracy_last", "per_domain_accuracy", "bytes_up",
+                "bytes_down", "wall_seconds", "samples_per_second", "algorithm", "dataset",
+                "target", "seed", "rounds", "protocol"):
+        assert key in summary
+    assert summary["target"] == "optdigits" and summary["rounds"] == 1
+    assert "target accuracy" in capsys.readouterr().out
+    # the same --out again without --resume is refused, and the run is untouched
+    assert main(["run", "--config", "exp.toml", "--quiet", "--out", "r"]) == 2
+    assert json.loads((in_tmp / "r" / "summary.json").read_text()) == summary
+
+
+def test_corrupt_checkpoint_is_a_clear_error(in_tmp, capsys):
+    run_dir = in_tmp / "broken"
+    run_dir.mkdir()
+    (run_dir / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    assert main(["run", "--resume", "--out", str(run_dir), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "corrupt or not a fedshift checkpoint" in err
+    assert (run_dir / "checkpoint.pt").read_bytes() == b"not a checkpoint"
