@@ -55,6 +55,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
 
+    sw = sub.add_parser("sweep", help="algorithms x targets x seeds (resumable)")
+    sw.add_argument("-a", "--algorithms", required=True, help="comma-separated algorithms")
+    sw.add_argument("-t", "--targets", required=True, help="comma-separated target domains")
+    sw.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    sw.add_argument("-d", "--dataset")
+    sw.add_argument("--protocol")
+    sw.add_argument("--rounds", type=int)
+    sw.add_argument("--out", required=True, help="folder for the run directories")
+    sw.add_argument("--config", help="TOML file applied to every run")
+    sw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    sw.add_argument("--quiet", action="store_true")
+
+    rep = sub.add_parser("report", help="tables (mean ± std over seeds) from run directories")
+    rep.add_argument("paths", nargs="+", help="run directories or folders holding them")
+    rep.add_argument(
+        "--metric",
+        default="target_accuracy",
+        help="summary key to tabulate (default target_accuracy, source-val selected)",
+    )
+    rep.add_argument("--rows", help="comma-separated algorithm order")
+    rep.add_argument("--format", choices=["md", "csv"], default="md")
+    rep.add_argument("--plot", help="also write per-round target-accuracy curves to this PNG")
+
     lst = sub.add_parser("list", help="list algorithms or datasets")
     lst.add_argument("what", choices=["algorithms", "datasets", "models"])
 
@@ -97,6 +120,59 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     print(format_summary(summary))
     print(f"run directory: {out_dir}")
+    return 0
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from fedshift.core.state import CheckpointError
+    from fedshift.engine.sweep import sweep
+    from fedshift.report.aggregate import markdown, table
+
+    try:
+        seeds = [int(s) for s in _csv(args.seeds)]
+    except ValueError:
+        print(f"fedshift: error: --seeds expects integers, got {args.seeds!r}", file=sys.stderr)
+        return EXIT_USAGE
+    flags = {"dataset": args.dataset, "protocol": args.protocol, "rounds": args.rounds}
+    algorithms = _csv(args.algorithms)
+    try:
+        summaries = sweep(
+            algorithms,
+            _csv(args.targets),
+            seeds,
+            args.out,
+            config_file=args.config,
+            flags=flags,
+            sets=args.set,
+            progress=not args.quiet,
+        )
+    except (ConfigError, CheckpointError) as exc:
+        print(f"fedshift: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(markdown(*table(summaries, rows=algorithms)))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fedshift.report.aggregate import csv_text, find_summaries, markdown, plot_curves, table
+
+    try:
+        summaries = find_summaries(args.paths)
+    except FileNotFoundError as exc:
+        print(f"fedshift: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not summaries:
+        print(f"fedshift: error: no summary.json under {', '.join(args.paths)}", file=sys.stderr)
+        return EXIT_USAGE
+    header, body = table(summaries, args.metric, _csv(args.rows) if args.rows else None)
+    print(markdown(header, body) if args.format == "md" else csv_text(header, body))
+    if args.plot:
+        path = plot_curves([s["_run_dir"] for s in summaries], args.plot)
+        print(f"wrote {path}")
     return 0
 
 
@@ -150,7 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv or ["run"])
     if args.command is None:
         args = parser.parse_args(["run", *argv])
-    handlers = {"run": cmd_run, "list": cmd_list, "datasets": cmd_datasets}
+    handlers = {
+        "run": cmd_run,
+        "sweep": cmd_sweep,
+        "report": cmd_report,
+        "list": cmd_list,
+        "datasets": cmd_datasets,
+    }
     return handlers[args.command](args)
 
 

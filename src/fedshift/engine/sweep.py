@@ -1,0 +1,55 @@
+"""Algorithms × targets × seeds, one run directory each; resumable."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fedshift.config import resolve
+from fedshift.engine.runner import run_experiment
+
+
+def sweep(
+    algorithms: list[str],
+    targets: list[str],
+    seeds: list[int],
+    out: str | Path,
+    *,
+    config_file: str | None = None,
+    flags: dict[str, Any] | None = None,
+    sets: list[str] | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Run every combination into ``out/<algo>-<target>-s<seed>``.
+
+    Finished runs (with ``summary.json``) are read back, interrupted ones (with a checkpoint)
+    are resumed, the rest start fresh — so re-running the same sweep continues it. Every
+    configuration is resolved before the first run, so a bad name fails before any work.
+    """
+    out = Path(out)
+    plan = []
+    for algorithm in algorithms:
+        for target in targets:
+            for seed in seeds:
+                cfg = resolve(
+                    config_file,
+                    {**(flags or {}), "algorithm": algorithm, "target": target, "seed": seed},
+                    list(sets or []),
+                )
+                plan.append((cfg, out / f"{algorithm}-{target}-s{seed}"))
+    summaries = []
+    for i, (cfg, run_dir) in enumerate(plan, start=1):
+        done = run_dir / "summary.json"
+        if done.exists():
+            summaries.append(json.loads(done.read_text()))
+            continue
+        resume = (run_dir / "checkpoint.pt").exists()
+        if run_dir.exists() and not resume:
+            shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing to keep
+        if progress:
+            print(f"[{i}/{len(plan)}] {run_dir.name}{' (resuming)' if resume else ''}", flush=True)
+        summary, _ = run_experiment(cfg, run_dir, resume=resume, progress=progress)
+        summaries.append(summary)
+    return summaries

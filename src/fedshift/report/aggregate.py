@@ -1,0 +1,112 @@
+"""Tables (mean ± std over seeds) and curves from run directories."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def find_summaries(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Every ``summary.json`` under ``paths`` (a run dir or a folder of run dirs)."""
+    found = []
+    for root in paths:
+        root = Path(root)
+        if not root.exists():
+            raise FileNotFoundError(f"{root} does not exist")
+        files = [root] if root.is_file() else sorted(root.rglob("summary.json"))
+        for file in files:
+            summary = json.loads(file.read_text())
+            summary["_run_dir"] = str(file.parent)
+            found.append(summary)
+    return found
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return statistics.fmean(values), std
+
+
+def cell(values: list[float], scale: float = 100.0) -> str:
+    if not values:
+        return "-"
+    m, s = mean_std(values)
+    if len(values) == 1:
+        return f"{scale * m:.1f}"
+    return f"{scale * m:.1f} ± {scale * s:.1f}"
+
+
+def table(
+    summaries: list[dict[str, Any]], metric: str = "target_accuracy", rows: list[str] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """Rows: algorithm; columns: targets (+ avg); cells: mean ± std over seeds (in %).
+
+    The average column is the mean over targets of each seed's accuracy, then mean ± std over
+    seeds (only for seeds that have every target).
+    """
+    by: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    targets: list[str] = []
+    for s in summaries:
+        if metric not in s:
+            continue
+        by[s["algorithm"]][s["target"]][s["seed"]] = s[metric]
+        if s["target"] not in targets:
+            targets.append(s["target"])
+    order = rows or sorted(by)
+    header = ["method", *targets, "avg"]
+    body = []
+    for algo in order:
+        if algo not in by:
+            continue
+        per_target = by[algo]
+        line = [algo] + [cell(list(per_target.get(t, {}).values())) for t in targets]
+        seeds = (
+            set.intersection(*(set(per_target.get(t, {})) for t in targets)) if targets else set()
+        )
+        averages = [
+            statistics.fmean(per_target[t][seed] for t in targets) for seed in sorted(seeds)
+        ]
+        line.append(cell(averages))
+        body.append(line)
+    return header, body
+
+
+def markdown(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def csv_text(header: list[str], body: list[list[str]]) -> str:
+    return "\n".join(",".join(row) for row in [header, *body])
+
+
+def plot_curves(run_dirs: list[str], path: str | Path, metric: str = "target_accuracy") -> Path:
+    """Per-round ``metric`` of each run (one line per run) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run_dir in run_dirs:
+        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+        points = [(e["round"], e[metric]) for e in map(json.loads, lines) if metric in e]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, [100 * y for y in ys], label=Path(run_dir).name)
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"{metric} (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
