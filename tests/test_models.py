@@ -24,7 +24,8 @@ def _batch(n: int = 2, c: int = 3, size: int = 32, seed: int = 123) -> torch.Ten
 
 
 def test_registry_matches_expected_names():
-    assert set(MODELS) == set(EMBED)
+    # unet (segmentation, per-pixel outputs) is tested in test_elcfs_ditto_perada.py
+    assert set(MODELS) == set(EMBED) | {"unet"}
     assert all(isinstance(v, str) and v for v in MODELS.values())
 
 

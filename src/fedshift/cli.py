@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=int)
     run.add_argument("--local-epochs", type=int, dest="local_epochs")
     run.add_argument("--clients-per-domain", type=int, dest="clients_per_domain")
-    run.add_argument("--partition", help="iid or dirichlet (inside each domain)")
+    run.add_argument("--partition", help="iid, dirichlet or nway-kshot (inside each domain)")
     run.add_argument("--model", help="backbone (cnn, digit5-cnn, fedproto-cnn, resnet18, resnet50)")
     run.add_argument("--seed", type=int)
     run.add_argument("--device", help="auto, cpu or cuda")
@@ -87,6 +87,28 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name", nargs="?", default="digits-dg")
     show.add_argument("--out", default="digits-grid.png")
     show.add_argument("--per-domain", type=int, default=10, dest="per_domain")
+
+    plot = sub.add_parser("plot", help="figures from a run directory")
+    plot_sub = plot.add_subparsers(dest="figure", parser_class=ArgumentParser, required=True)
+    tsne = plot_sub.add_parser(
+        "tsne", help="t-SNE of client features, coloured by class, global prototypes marked"
+    )
+    tsne.add_argument("run_dir", help="a run directory (config.json + checkpoint.pt)")
+    tsne.add_argument("--out", help="PNG file (default RUN_DIR/tsne.png)")
+    tsne.add_argument("--per-client", type=int, default=100, dest="per_client")
+
+    pre = sub.add_parser(
+        "pretrain", help="pretrain a backbone on one public domain (PerAda's frozen backbone)"
+    )
+    pre.add_argument("--domain", required=True, help="the domain to train on (then leave it out)")
+    pre.add_argument("--out", required=True, help="weights file to write (+ OUT.json sidecar)")
+    pre.add_argument("-d", "--dataset", default="digits-dg")
+    pre.add_argument("--model", default="cnn")
+    pre.add_argument("--epochs", type=int, default=5)
+    pre.add_argument("--lr", type=float, default=0.01)
+    pre.add_argument("--batch-size", type=int, default=64, dest="batch_size")
+    pre.add_argument("--seed", type=int, default=0)
+    pre.add_argument("--device", default="auto", help="auto, cpu or cuda")
     return parser
 
 
@@ -183,6 +205,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         rows = [("name", "shares", "paper")]
         for name, cls in REGISTRY.items():
             shares = ", ".join(f"{k}:{v.value}" for k, v in cls.shares.items()) or "nothing"
+            if cls.pooled:
+                shares = "nothing (pooled data, not federated)"
             rows.append((name, shares, cls.paper))
     elif args.what == "models":
         from fedshift.models import MODELS
@@ -219,6 +243,49 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from fedshift.core.state import CheckpointError
+    from fedshift.report.tsne import plot_tsne
+
+    try:
+        path = plot_tsne(args.run_dir, args.out, per_client=args.per_client)
+    except (ConfigError, CheckpointError) as exc:
+        print(f"fedshift: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from fedshift.data import load_dataset
+    from fedshift.data.domains import DatasetError
+    from fedshift.engine.runner import resolve_device
+    from fedshift.pretrain import pretrain
+
+    try:
+        dataset = load_dataset(args.dataset)
+        meta = pretrain(
+            dataset,
+            args.domain,
+            args.out,
+            model=args.model,
+            epochs=args.epochs,
+            lr=args.lr,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            device=resolve_device(args.device),
+        )
+    except (ConfigError, DatasetError, ValueError) as exc:
+        print(f"fedshift: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(
+        f"wrote {args.out} ({meta['model']} pretrained on {meta['dataset']}/{meta['domain']}, "
+        f"validation accuracy {meta['val_accuracy']:.3f}); use it with "
+        f"--set algo.backbone={args.out} and keep {meta['domain']!r} out of the run"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
@@ -232,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         "report": cmd_report,
         "list": cmd_list,
         "datasets": cmd_datasets,
+        "plot": cmd_plot,
+        "pretrain": cmd_pretrain,
     }
     return handlers[args.command](args)
 

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PARTITIONS = ("iid", "dirichlet")
+PARTITIONS = ("iid", "dirichlet", "nway-kshot")
 DEVICES = ("auto", "cpu", "cuda")
+TASKS = ("classification", "segmentation")
+#: protocols that test every domain; their target defaults to "all"
+ALL_DOMAIN_PROTOCOLS = ("per-domain",)
 
 
 class ConfigError(ValueError):
@@ -27,6 +30,7 @@ class RunConfig:
     target: str = "mnistm"  # held-out domain (leave-one-domain-out)
     sources: str = ""  # comma-separated source domains; empty: every domain but the target
     protocol: str = "lodo"
+    task: str = "classification"  # or "segmentation": per-pixel masks, Dice (model unet)
     rounds: int = 30
     local_epochs: int = 1
     batch_size: int = 64
@@ -36,13 +40,22 @@ class RunConfig:
     optimizer: str = "sgd"
     model: str = "cnn"
     model_weights: str = ""  # local state-dict file for the backbone (never downloaded)
+    server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
     image_size: int = 0  # 0: the dataset's native size
     clients_per_domain: int = 1
     partition: str = "iid"  # how a domain is split among its clients
     dirichlet_alpha: float = 0.5
+    ways: int = 3  # partition=nway-kshot: mean classes per client (FedProto's N)
+    shots: int = 100  # partition=nway-kshot: train samples per class (FedProto's K)
+    stdev: int = 2  # partition=nway-kshot: spread of ways and shots around their means
+    # per-client model variants, e.g. "fedproto" or "out_channels=10/18;out_channels=10/20":
+    # ';' separates variants, ',' options, '/' tuple items; clients get variants in blocks
+    hetero_models: str = ""
     fraction: float = 1.0  # share of source clients sampled each round (McMahan's C)
+    client_data_fraction: float = 1.0  # share of its train split each client keeps (FPL)
     seed: int = 0
     device: str = "auto"
+    threads: int = 0  # CPU threads for torch; 0 keeps torch's default
     failure_policy: str = "dynamic"
     min_clients: int = 1
     eval_every: int = 1
@@ -161,6 +174,13 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(
             f"unknown protocol {cfg.protocol!r}; choose one of: {', '.join(PROTOCOLS)}"
         )
+    supported = REGISTRY[cfg.algorithm].protocols
+    if supported and cfg.protocol not in supported:
+        raise ConfigError(
+            f"algorithm {cfg.algorithm!r} does not run in protocol {cfg.protocol!r}; "
+            f"supported: {', '.join(supported)} (use --protocol {supported[0]})"
+        )
+    check_task(cfg, REGISTRY[cfg.algorithm])
     if cfg.partition not in PARTITIONS:
         raise ConfigError(
             f"unknown partition {cfg.partition!r}; choose one of: {', '.join(PARTITIONS)}"
@@ -188,10 +208,52 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"{key} must be >= 1, got {getattr(cfg, key)}")
     if not 0 < cfg.fraction <= 1:
         raise ConfigError(f"fraction must be in (0, 1], got {cfg.fraction}")
+    if not 0 < cfg.client_data_fraction <= 1:
+        raise ConfigError(
+            f"client_data_fraction must be in (0, 1], got {cfg.client_data_fraction}"
+        )
     if cfg.lr <= 0:
         raise ConfigError(f"lr must be > 0, got {cfg.lr}")
+    if cfg.ways < 1 or cfg.shots < 1 or cfg.stdev < 0:
+        raise ConfigError(
+            f"ways and shots must be >= 1 and stdev >= 0, got ways={cfg.ways}, "
+            f"shots={cfg.shots}, stdev={cfg.stdev}"
+        )
     if cfg.dirichlet_alpha <= 0:
         raise ConfigError(f"dirichlet_alpha must be > 0, got {cfg.dirichlet_alpha}")
+
+
+def supported_tasks(algorithm: type) -> tuple[str, ...]:
+    """The tasks an algorithm class declares (``tasks``), inherited only while the subclass
+    keeps the declaring class's client tasks unchanged; otherwise classification only."""
+    owner = next((k for k in algorithm.__mro__ if "tasks" in vars(k)), None)
+    if owner is None:
+        return ("classification",)
+    same = all(
+        getattr(algorithm, attr) is getattr(owner, attr, None) for attr in algorithm._tasks.values()
+    )
+    return tuple(owner.tasks) if same else ("classification",)
+
+
+def check_task(cfg: RunConfig, algorithm: type) -> None:
+    """The learning task must be known, supported by the algorithm and fit the model."""
+    from fedshift.models.registry import SEGMENTATION_MODELS
+
+    if cfg.task not in TASKS:
+        raise ConfigError(f"unknown task {cfg.task!r}; choose one of: {', '.join(TASKS)}")
+    supported = supported_tasks(algorithm)
+    if cfg.task not in supported:
+        raise ConfigError(
+            f"algorithm {cfg.algorithm!r} does not support task {cfg.task!r}; "
+            f"supported: {', '.join(supported)}"
+        )
+    if cfg.task == "segmentation" and cfg.model not in SEGMENTATION_MODELS:
+        raise ConfigError(
+            f"task 'segmentation' needs a segmentation model ({', '.join(SEGMENTATION_MODELS)}), "
+            f"got {cfg.model!r}; use --model unet"
+        )
+    if cfg.task == "classification" and cfg.model in SEGMENTATION_MODELS:
+        raise ConfigError(f"model {cfg.model!r} segments images; use it with task=segmentation")
 
 
 def resolve(file: str | None, flags: dict[str, Any], sets: list[str]) -> RunConfig:
@@ -206,6 +268,10 @@ def resolve(file: str | None, flags: dict[str, Any], sets: list[str]) -> RunConf
     cfg = RunConfig()
     run_settings = {k: v for k, v in settings.items() if not k.startswith("algo.")}
     apply_settings(cfg, run_settings, None)
+    if cfg.protocol in ALL_DOMAIN_PROTOCOLS and "target" not in run_settings:
+        cfg.target = "all"
+    if cfg.protocol == "personalized" and "target" not in run_settings:
+        cfg.target = "clients"
     validate(cfg)
     algo_settings = {k: v for k, v in settings.items() if k.startswith("algo.")}
     apply_settings(cfg, algo_settings, REGISTRY[cfg.algorithm].Hparams)

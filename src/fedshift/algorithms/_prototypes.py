@@ -16,6 +16,42 @@ Prototypes = dict[int, torch.Tensor]
 
 
 @torch.no_grad()
+def local_statistics(
+    model: torch.nn.Module,
+    data: ClientData,
+    device: torch.device,
+    batch_size: int = 256,
+    *,
+    with_mi: bool = False,
+) -> tuple[Prototypes, dict[int, int], float]:
+    """Class prototypes, class counts and (``with_mi``) the MI diagnostic in one pass.
+
+    Runs in eval mode without gradients (dropout off, BatchNorm running statistics); the
+    model's previous train/eval mode is restored afterwards. Sums are accumulated in
+    float64 so the mean does not depend on the batch size. MI is :func:`mutual_information`
+    of the classifier's softmax over the split (NaN when ``with_mi`` is False).
+    """
+    was_training = model.training
+    model.to(device).eval()
+    sums: dict[int, torch.Tensor] = {}
+    counts: dict[int, int] = {}
+    probs = []
+    for x, y in data.batches(batch_size, shuffle=False):
+        feats = model.features(x)
+        if with_mi:
+            probs.append(torch.softmax(model.classifier(feats), dim=1).to("cpu", torch.float64))
+        feats = feats.to("cpu", torch.float64)
+        labels = y.to("cpu")
+        for label in labels.unique().tolist():
+            rows = feats[labels == label]
+            sums[label] = sums.get(label, 0) + rows.sum(0)
+            counts[label] = counts.get(label, 0) + len(rows)
+    model.train(was_training)
+    protos = {c: (sums[c] / counts[c]).to(torch.float32) for c in sorted(sums)}
+    mi = mutual_information(torch.cat(probs)) if probs else float("nan")
+    return protos, {c: counts[c] for c in sorted(counts)}, mi
+
+
 def class_prototypes(
     model: torch.nn.Module,
     data: ClientData,
@@ -24,24 +60,27 @@ def class_prototypes(
 ) -> tuple[Prototypes, dict[int, int]]:
     """Mean ``model.features(x)`` per class over a labeled split, and the class counts.
 
-    Runs in eval mode without gradients (dropout off, BatchNorm running statistics); the
-    model's previous train/eval mode is restored afterwards. Sums are accumulated in
-    float64 so the mean does not depend on the batch size.
+    Eval mode, no gradients (see :func:`local_statistics`).
     """
-    was_training = model.training
-    model.to(device).eval()
-    sums: dict[int, torch.Tensor] = {}
-    counts: dict[int, int] = {}
-    for x, y in data.batches(batch_size, shuffle=False):
-        feats = model.features(x).to("cpu", torch.float64)
-        labels = y.to("cpu")
-        for label in labels.unique().tolist():
-            rows = feats[labels == label]
-            sums[label] = sums.get(label, 0) + rows.sum(0)
-            counts[label] = counts.get(label, 0) + len(rows)
-    model.train(was_training)
-    protos = {c: (sums[c] / counts[c]).to(torch.float32) for c in sorted(sums)}
-    return protos, {c: counts[c] for c in sorted(counts)}
+    protos, counts, _ = local_statistics(model, data, device, batch_size)
+    return protos, counts
+
+
+def mutual_information(probs: torch.Tensor) -> float:
+    """MI = H(p̂) − mean_i H(p_i) (BD-FedProto eq. 4), natural log.
+
+    ``probs`` is ``(N, C)``, each row a predicted class distribution p_i on local data, and
+    p̂ their mean. High MI: confident predictions spread over many classes; 0 for identical
+    or uniform predictions.
+    """
+    if probs.numel() == 0:
+        return float("nan")
+    probs = probs.to(torch.float64)
+
+    def entropy(p: torch.Tensor) -> torch.Tensor:
+        return -(p * torch.log(p.clamp_min(1e-12))).sum(-1)
+
+    return float(entropy(probs.mean(0)) - entropy(probs).mean())
 
 
 def aggregate_prototypes(
@@ -92,3 +131,67 @@ def nearest_prototype_scores(features: torch.Tensor, table: torch.Tensor) -> tor
     scores = -dist
     scores[:, missing] = float("-inf")
     return scores
+
+
+def prototype_loss(
+    features: torch.Tensor, labels: torch.Tensor, table: torch.Tensor | None
+) -> torch.Tensor:
+    """FedProto's regularizer as in its official code: ``MSELoss(f(x), C̄(y))``.
+
+    The squared error is averaged over every element of the ``(N, dim)`` batch; samples whose
+    class has no global prototype (a NaN row of ``table``) contribute zero but still count in
+    the mean, as the official code substitutes their own feature for the target. 0 when
+    ``table`` is None (round 1, before any global prototype exists).
+    """
+    if table is None:
+        return features.new_zeros(())
+    targets = table.to(features.device, features.dtype)[labels]
+    known = ~torch.isnan(targets).any(dim=1, keepdim=True)
+    diff = torch.where(known, features - torch.nan_to_num(targets), torch.zeros_like(features))
+    return diff.pow(2).mean()
+
+
+def prototype_arrays(protos: Mapping[int, torch.Tensor], counts: Mapping[int, int] | None = None):
+    """Reply arrays ``prototype.<c>`` (and ``count.<c>``, int64 scalars) of a prototype table."""
+    arrays = {f"prototype.{c}": p.detach().to("cpu", torch.float32) for c, p in protos.items()}
+    for c, n in (counts or {}).items():
+        arrays[f"count.{c}"] = torch.tensor(int(n), dtype=torch.int64)
+    return arrays
+
+
+def prototypes_from_arrays(
+    arrays: Mapping[str, torch.Tensor],
+) -> tuple[Prototypes, dict[int, int]]:
+    """Inverse of :func:`prototype_arrays`."""
+    protos, counts = {}, {}
+    for key, value in arrays.items():
+        share, _, label = key.partition(".")
+        if share == "prototype":
+            protos[int(label)] = value
+        elif share == "count":
+            counts[int(label)] = int(value)
+    return dict(sorted(protos.items())), dict(sorted(counts.items()))
+
+
+class PrototypeModel(torch.nn.Module):
+    """A client's network plus the global prototypes it last received (buffer ``prototypes``,
+    ``(num_classes, dim)``, NaN rows for classes it holds no prototype of), so nearest-prototype
+    prediction works from the client's state alone."""
+
+    def __init__(self, net: torch.nn.Module, prototypes: torch.Tensor):
+        super().__init__()
+        self.net = net
+        self.register_buffer("prototypes", prototypes.clone())
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net.features(x)
+
+    def classifier(self, f: torch.Tensor) -> torch.Tensor:
+        return self.net.classifier(f)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    @property
+    def has_prototypes(self) -> bool:
+        return bool((~torch.isnan(self.prototypes)).any())

@@ -14,6 +14,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.state import ServerState
+from fedshift.eval.segmentation import train_segmentation
 
 
 class FedAvg(Algorithm):
@@ -28,6 +29,9 @@ class FedAvg(Algorithm):
     paper = "McMahan et al., Communication-Efficient Learning of Deep Networks, AISTATS 2017"
     Hparams = NoHparams
     shares = {"model": Kind.MODEL}
+    #: learning tasks FedAvg runs; the runner sets ``task`` from the run config
+    tasks = ("classification", "segmentation")
+    task = "classification"
 
     def round(self, state: ServerState, fed: Federation):
         ids = fed.sample()
@@ -46,7 +50,8 @@ class FedAvg(Algorithm):
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:
         model = model_from_record(ctx, record)
-        metrics = train_supervised(model, ctx, penalty=self.local_penalty(ctx, record))
+        trainer = train_segmentation if self.task == "segmentation" else train_supervised
+        metrics = trainer(model, ctx, penalty=self.local_penalty(ctx, record))
         reply = model_record(model)
         reply.metrics.update(metrics)
         return reply

@@ -59,6 +59,14 @@ class Algorithm:
     pooled: ClassVar[bool] = False
     #: evaluate each client's own model instead of one global model
     personal: ClassVar[bool] = False
+    #: protocols the algorithm can run in; empty: any. The contract test runs the first
+    #: (``lodo`` when empty) and ``config.validate`` rejects the others.
+    protocols: ClassVar[tuple[str, ...]] = ()
+    #: name of a label-free model-selection rule fed by the round metric ``selection_score``
+    #: (e.g. ``min_idd``); the summary then reports ``target_accuracy_<name>``
+    selection: ClassVar[str] = ""
+    #: whether the round with the lowest (True) or highest ``selection_score`` is selected
+    selection_lower_is_better: ClassVar[bool] = True
     _tasks: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -1,4 +1,4 @@
-"""Split domains into federated clients: IID or Dirichlet label skew inside each domain."""
+"""Split domains into federated clients: IID, Dirichlet or N-way K-shot label skew per domain."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from fedshift.data.domains import DatasetError, DomainDataset
 
-SCHEMES = ("iid", "dirichlet")
+SCHEMES = ("iid", "dirichlet", "nway-kshot")
 ROLES = ("source", "target")
 _MAX_DIRICHLET_ATTEMPTS = 200
 
@@ -88,6 +88,69 @@ def _dirichlet(
     return list(zip(train, val, test, strict=True))
 
 
+def _nway_kshot(
+    y_train: np.ndarray,
+    y_val: np.ndarray,
+    y_test: np.ndarray,
+    k: int,
+    ways: int,
+    shots: int,
+    stdev: int,
+    rng: np.random.Generator,
+    domain: str,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """FedProto's N-way K-shot label skew (Tan et al., AAAI 2022, official ``noniid`` sampling).
+
+    Client j draws ``n_j`` classes uniformly from {max(2, ways - stdev), ..., min(C, ways +
+    stdev)} and ``k_j`` shots uniformly from {max(1, shots - stdev), ..., shots + stdev}, then
+    ``n_j`` distinct classes and ``k_j`` train samples of each. Train samples are disjoint
+    across clients (each class's samples are shuffled once and handed out in turn, as the
+    official code hands out disjoint blocks). Validation and test shares are every val / test
+    sample of the client's classes: evaluation data, so clients may share them.
+
+    Deviation notes: the official code draws shots from {shots - stdev + 1, ...,
+    shots + stdev - 2} on MNIST and {shots - stdev + 1, ..., shots + stdev} on CIFAR-10 and
+    caps ways at C - 1; here shots are symmetric around ``shots`` and ways may reach C. Its
+    test shares are 40 (MNIST) or ``test_shots`` samples per class per client; here they are
+    all of the domain's test samples of the client's classes (digits-dg has 50 per class).
+    """
+    classes = np.unique(y_train)
+    num_classes = len(classes)
+    low = max(2, ways - stdev)
+    high = min(num_classes, ways + stdev)
+    if low > high:
+        raise DatasetError(
+            f"nway-kshot partition of domain {domain!r}: ways={ways} ± stdev={stdev} leaves no "
+            f"class count in [2, {num_classes}] (each client gets at least 2 classes, as in "
+            "FedProto's sampling)"
+        )
+    ways_per_client = rng.integers(low, high + 1, size=k)
+    shots_per_client = rng.integers(max(1, shots - stdev), shots + stdev + 1, size=k)
+    pools = {int(c): list(rng.permutation(np.flatnonzero(y_train == c))) for c in classes}
+    shares = []
+    for n_ways, n_shots in zip(ways_per_client, shots_per_client, strict=True):
+        chosen = np.sort(rng.choice(classes, size=int(n_ways), replace=False))
+        train = []
+        for c in chosen.tolist():
+            pool = pools[c]
+            if len(pool) < n_shots:
+                raise DatasetError(
+                    f"nway-kshot partition of domain {domain!r}: class {c} has too few train "
+                    f"samples left ({len(pool)}) for another {n_shots}-shot client; use fewer "
+                    "clients, fewer shots or fewer ways"
+                )
+            train.append(np.asarray(pool[:n_shots], dtype=np.int64))
+            del pool[:n_shots]
+        shares.append(
+            (
+                np.sort(np.concatenate(train)),
+                np.flatnonzero(np.isin(y_val, chosen)),
+                np.flatnonzero(np.isin(y_test, chosen)),
+            )
+        )
+    return shares
+
+
 def partition_domains(
     dataset: DomainDataset,
     domains: list[str],
@@ -99,13 +162,18 @@ def partition_domains(
     role: str = "source",
     first_id: int = 0,
     min_samples: int = 2,
+    ways: int = 3,
+    shots: int = 100,
+    stdev: int = 2,
 ) -> list[ClientSpec]:
     """Make ``clients_per_domain`` clients for each domain in ``domains`` (in that order).
 
     ``scheme="iid"`` shuffles each split and divides it evenly. ``scheme="dirichlet"`` gives
     each client, per class, a Dirichlet(``alpha``) share of the domain's train samples (retrying
     until every client has at least ``min_samples``); its val/test shares follow the same class
-    proportions. Client ids are consecutive from ``first_id``. Deterministic given ``seed``.
+    proportions. ``scheme="nway-kshot"`` is FedProto's label skew (see :func:`_nway_kshot`):
+    about ``ways`` classes of about ``shots`` train samples each per client, both varied by
+    ``stdev``. Client ids are consecutive from ``first_id``. Deterministic given ``seed``.
     """
     if isinstance(domains, str):
         domains = [domains]
@@ -134,6 +202,11 @@ def partition_domains(
         raise DatasetError(f"dirichlet alpha must be > 0, got {alpha}")
     if min_samples < 0:
         raise DatasetError(f"min_samples must be >= 0, got {min_samples}")
+    if scheme == "nway-kshot" and (ways < 1 or shots < 1 or stdev < 0):
+        raise DatasetError(
+            f"nway-kshot needs ways >= 1, shots >= 1 and stdev >= 0, got ways={ways}, "
+            f"shots={shots}, stdev={stdev}"
+        )
 
     specs: list[ClientSpec] = []
     next_id = int(first_id)
@@ -151,6 +224,18 @@ def partition_domains(
                     _iid(len(dom.test), k, rng),
                     strict=True,
                 )
+            )
+        elif scheme == "nway-kshot":
+            shares = _nway_kshot(
+                dom.train.y.numpy(),
+                dom.val.y.numpy(),
+                dom.test.y.numpy(),
+                k,
+                int(ways),
+                int(shots),
+                int(stdev),
+                rng,
+                d,
             )
         else:
             if k * min_samples > n_train:

@@ -58,6 +58,35 @@ def _resized(ds: DomainDataset, size: int) -> DomainDataset:
     )
 
 
+def restrict_domains(ds: DomainDataset, names: list[str]) -> DomainDataset:
+    """The dataset with only the domains ``names`` (in that order); unknown names raise."""
+    if not names:
+        raise DatasetError(f"no domains listed after ':'; valid domains: {', '.join(ds.domains)}")
+    if len(set(names)) != len(names):
+        raise DatasetError(f"domains repeat in {','.join(names)}")
+    domains = {n: ds.domain(n) for n in names}
+    return DomainDataset(
+        name=f"{ds.name}:{','.join(names)}",
+        domains=domains,
+        classes=list(ds.classes),
+        channels=ds.channels,
+        image_size=ds.image_size,
+        meta=dict(ds.meta),
+    )
+
+
+def _split_domains(key: str) -> tuple[str, list[str] | None]:
+    """``name:dom1,dom2`` -> (``name``, [dom1, dom2]) when ``name`` is a dataset by itself."""
+    base, sep, tail = key.rpartition(":")
+    if not sep or not base or base == _FOLDER_PREFIX[:-1]:
+        return key, None
+    if base in DATASETS or base.startswith(_FOLDER_PREFIX) or Path(base).expanduser().is_dir():
+        if Path(key).expanduser().is_dir():
+            return key, None
+        return base, [d.strip() for d in tail.split(",") if d.strip()]
+    return key, None
+
+
 def load_dataset(
     name: str | os.PathLike,
     *,
@@ -67,15 +96,21 @@ def load_dataset(
 ) -> DomainDataset:
     """Load a dataset by built-in name, ``folder:PATH``, or an existing directory path.
 
-    ``digits-dg`` is built once and cached in ``cache_dir`` (default ``$FEDSHIFT_CACHE`` or
-    ``~/.cache/fedshift``); its content does not depend on ``seed``. For folder datasets
-    ``seed`` fixes the train/val/test split and ``image_size`` defaults to 64.
+    ``NAME:dom1,dom2`` keeps only the listed domains (e.g. ``digits-dg:mnist`` for label-skew
+    experiments on a single domain). ``digits-dg`` is built once and cached in ``cache_dir``
+    (default ``$FEDSHIFT_CACHE`` or ``~/.cache/fedshift``); its content does not depend on
+    ``seed``. For folder datasets ``seed`` fixes the train/val/test split and ``image_size``
+    defaults to 64.
     """
     if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
     key = os.fspath(name) if isinstance(name, os.PathLike) else name
     if not isinstance(key, str):
         raise DatasetError(f"dataset name must be a string or path, got {type(name).__name__}")
+    key, only = _split_domains(key)
+    if only is not None:
+        ds = load_dataset(key, image_size=image_size, cache_dir=cache_dir, seed=seed)
+        return restrict_domains(ds, only)
     if key in DATASETS:
         ds = digits.load_digits_dg(cache_dir=cache_dir)
         return ds if image_size is None else _resized(ds, int(image_size))

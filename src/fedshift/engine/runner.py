@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import json
 import math
 import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,14 +25,18 @@ from fedshift.config import ConfigError, RunConfig, make_hparams
 from fedshift.core.algorithm import Algorithm, RunInfo
 from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.context import ClientData as ClientView
+from fedshift.core.record import Kind
 from fedshift.core.seeding import derive_seed
 from fedshift.core.state import CheckpointError, ServerState, atomic_save, load_checkpoint
 from fedshift.data import load_dataset
 from fedshift.data.domains import DatasetError, DomainDataset
+from fedshift.engine.protocol_personalized import global_model_on_clients
 from fedshift.engine.simulation import SimulationFederation
-from fedshift.engine.task import FederatedTask, build_task
+from fedshift.engine.task import FederatedTask, build_task, server_images
 from fedshift.eval.metrics import accuracy, select_round
+from fedshift.eval.segmentation import check_masks, dice
 from fedshift.models import build_model
+from fedshift.models.registry import parse_variants, variant_of_client
 
 CHECKPOINT_FORMAT = "fedshift-checkpoint-v1"
 
@@ -44,8 +51,10 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def model_builder(cfg: RunConfig, dataset: DomainDataset):
-    """A function returning the same seeded initialization on every call."""
+def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None = None):
+    """A function returning the same seeded initialization on every call.
+
+    ``options`` are extra model options (a ``hetero_models`` variant)."""
     image_size = cfg.image_size or dataset.image_size
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(cfg.seed, "model-init"))
@@ -56,6 +65,7 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset):
                 in_channels=dataset.channels,
                 image_size=image_size,
                 weights_path=cfg.model_weights or None,
+                **(options or {}),
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
@@ -64,6 +74,50 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset):
         return copy.deepcopy(template)
 
     return build
+
+
+def client_model_builders(
+    cfg: RunConfig, dataset: DomainDataset, task: FederatedTask, build
+) -> dict[int, Any]:
+    """Each client's model builder: ``build`` for all, or its ``hetero_models`` variant.
+
+    Variants go to the clients in contiguous blocks (:func:`variant_of_client`). Only
+    algorithms that send no model weights can mix architectures.
+    """
+    try:
+        variants = parse_variants(cfg.hetero_models)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not variants:
+        return {c.client_id: build for c in task.clients}
+    if Kind.MODEL in REGISTRY[cfg.algorithm].shares.values():
+        raise ConfigError(
+            f"hetero_models needs an algorithm that shares no model weights; "
+            f"{cfg.algorithm!r} averages models (try fedproto, bd-fedproto or local)"
+        )
+    builds = [model_builder(cfg, dataset, options) for options in variants]
+    n = len(task.clients)
+    return {
+        c.client_id: builds[variant_of_client(i, n, len(builds))]
+        for i, c in enumerate(task.clients)
+    }
+
+
+@contextlib.contextmanager
+def building_with(algo: Algorithm, build):
+    """Let ``algo`` build models with ``build`` (a client's architecture) for a while."""
+    original = algo.run
+    algo.run = dataclasses.replace(original, build_model=build)
+    try:
+        yield algo
+    finally:
+        algo.run = original
+
+
+def personal_model(algo: Algorithm, ctx: ClientContext) -> torch.nn.Module | None:
+    """A client's personal model, built with the client's own architecture."""
+    with building_with(algo, ctx.build_model):
+        return algo.client_model(ctx.state)
 
 
 @dataclass
@@ -77,6 +131,8 @@ class Experiment:
     contexts: dict[int, ClientContext]
     device: torch.device
     info: dict[str, Any] = field(default_factory=dict)
+    #: unlabeled images the server holds (``cfg.server_data``), e.g. PerAda's KD set
+    server_data: torch.Tensor | None = None
 
 
 def prepare(
@@ -87,6 +143,8 @@ def prepare(
     ``dataset`` skips loading ``cfg.dataset`` (tests pass small in-memory datasets).
     """
     device = resolve_device(cfg.device)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
     if dataset is None:
         try:
             dataset = load_dataset(
@@ -96,7 +154,14 @@ def prepare(
             raise ConfigError(str(exc)) from None
     algo_cls = REGISTRY[cfg.algorithm]
     task = build_task(cfg, dataset, pooled=algo_cls.pooled)
+    if cfg.task == "segmentation":
+        try:
+            check_masks([s for c in task.clients for s in (c.train, c.val, c.test)], "a client")
+        except DatasetError as exc:
+            raise ConfigError(str(exc)) from None
+    server_data = server_images(cfg, dataset, task)
     build = model_builder(cfg, dataset)
+    client_builds = client_model_builders(cfg, dataset, task, build)
     train_cfg = TrainConfig(
         lr=cfg.lr,
         momentum=cfg.momentum,
@@ -114,6 +179,10 @@ def prepare(
         device=device,
     )
     algorithm = algo_cls(make_hparams(cfg), run)
+    algorithm.task = cfg.task
+    validate_task = getattr(algorithm, "validate_task", None)  # e.g. PerAda's backbone domain
+    if validate_task is not None:
+        validate_task(task)
     contexts = {}
     for client in task.clients:
         labeled = client.role == "source"
@@ -126,7 +195,7 @@ def prepare(
             val=ClientView(client.val, labeled, device),
             test=ClientView(client.test, labeled, device),
             num_classes=dataset.num_classes,
-            build_model=build,
+            build_model=client_builds[client.client_id],
             rng=torch.Generator(),
             device=device,
             train_cfg=train_cfg,
@@ -153,7 +222,7 @@ def prepare(
         ],
         "dataset_meta": {"classes": dataset.classes, "image_size": dataset.image_size},
     }
-    return Experiment(cfg, dataset, task, algorithm, contexts, device, info)
+    return Experiment(cfg, dataset, task, algorithm, contexts, device, info, server_data)
 
 
 def evaluate(exp: Experiment, state: ServerState) -> dict[str, Any]:
@@ -161,30 +230,35 @@ def evaluate(exp: Experiment, state: ServerState) -> dict[str, Any]:
 
     Global methods are evaluated with their global model; personal methods (``local``)
     with each client's model, averaged over clients; their ``personalized_accuracy`` is
-    each client's model on its own test share.
+    each client's model on its own test share. In a per-client task (the personalized
+    protocol) global models are scored on every client's share too and ``target_accuracy``
+    is the mean personalized accuracy. Global methods that also keep personal models (Ditto,
+    PerAda) report those as ``personalized_accuracy``. With ``task = "segmentation"`` every
+    "accuracy" is the mean per-image Dice, repeated as ``target_dice`` / ``per_domain_dice``.
     """
     algo, device = exp.algorithm, exp.device
     domain_names = exp.dataset.domain_names
+    score = dice if exp.cfg.task == "segmentation" else accuracy  # Dice: segmentation
     if algo.personal:
-        models = {cid: algo.client_model(ctx.state) for cid, ctx in exp.contexts.items()}
+        models = {cid: personal_model(algo, ctx) for cid, ctx in exp.contexts.items()}
         models = {cid: m for cid, m in models.items() if m is not None}
         if not models:
             return {}
         per_domain = {
             d: _mean(
                 [
-                    accuracy(m, exp.dataset.domain(d).test, device, algo.predict)
+                    score(m, exp.dataset.domain(d).test, device, algo.predict)
                     for m in models.values()
                 ]
             )
             for d in domain_names
         }
         own_val = [
-            accuracy(m, exp.task.clients[i].val, device, algo.predict)
+            score(m, exp.task.clients[i].val, device, algo.predict)
             for i, m in _by_index(exp, models)
         ]
         own_test = [
-            accuracy(m, exp.task.clients[i].test, device, algo.predict)
+            score(m, exp.task.clients[i].test, device, algo.predict)
             for i, m in _by_index(exp, models)
         ]
         out = {
@@ -197,20 +271,41 @@ def evaluate(exp: Experiment, state: ServerState) -> dict[str, Any]:
         if model is None:
             return {}
         per_domain = {
-            d: accuracy(model, exp.dataset.domain(d).test, device, algo.predict)
-            for d in domain_names
+            d: score(model, exp.dataset.domain(d).test, device, algo.predict) for d in domain_names
         }
         sizes = [len(exp.dataset.domain(d).val) for d in exp.task.sources]
         accs = [
-            accuracy(model, exp.dataset.domain(d).val, device, algo.predict)
-            for d in exp.task.sources
+            score(model, exp.dataset.domain(d).val, device, algo.predict) for d in exp.task.sources
         ]
         out = {
             "source_val_accuracy": sum(a * n for a, n in zip(accs, sizes, strict=True)) / sum(sizes)
         }
     out["target_accuracy"] = _mean([per_domain[t] for t in exp.task.targets])
     out["per_domain_accuracy"] = per_domain
+    if exp.task.per_client and not algo.personal:
+        out.update(global_model_on_clients(exp.task.clients, model, device, algo.predict))
+    if not algo.personal:
+        out.update(kept_personal_accuracy(exp, score))
+    if exp.task.per_client:
+        out["target_accuracy"] = out["personalized_accuracy"]
+    if exp.cfg.task == "segmentation":
+        out["target_dice"] = out["target_accuracy"]
+        out["per_domain_dice"] = per_domain
     return out
+
+
+def kept_personal_accuracy(exp: Experiment, metric) -> dict[str, float]:
+    """Personal models kept next to a global one (Ditto's and PerAda's v_k) scored on each
+    client's own test share; empty for algorithms without them."""
+    models = [
+        (c, personal_model(exp.algorithm, exp.contexts[c.client_id])) for c in exp.task.clients
+    ]
+    scores = [
+        metric(m, c.test, exp.device, exp.algorithm.predict) for c, m in models if m is not None
+    ]
+    if not scores:
+        return {}
+    return {"personalized_accuracy": _mean(scores), "personalized_accuracy_std": _std(scores)}
 
 
 def _by_index(exp: Experiment, models: dict[int, torch.nn.Module]):
@@ -243,7 +338,7 @@ def unique_dir(base: Path) -> Path:
     raise ConfigError(f"too many runs named {base}")
 
 
-COMPARE_IGNORE = ("device",)
+COMPARE_IGNORE = ("device", "threads")
 
 
 def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
@@ -260,21 +355,32 @@ def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
 class Runner:
     """Drives one experiment through its rounds with checkpoints after each round."""
 
-    def __init__(self, exp: Experiment, out_dir: Path, *, progress: bool = True):
+    def __init__(
+        self,
+        exp: Experiment,
+        out_dir: Path,
+        *,
+        progress: bool = True,
+        fed: SimulationFederation | None = None,
+    ):
+        """``fed`` is the engine's federation (e.g. Flower's); default: in-process."""
         self.exp = exp
         self.out = out_dir
         self.progress = progress
         cfg = exp.cfg
-        self.fed = SimulationFederation(
-            exp.algorithm,
-            exp.contexts,
-            seed=cfg.seed,
-            fraction=cfg.fraction,
-            failure_policy=cfg.failure_policy,
-            min_clients=cfg.min_clients,
-            count_bytes=not exp.algorithm.pooled,
-            total_rounds=cfg.rounds,
-        )
+        if fed is None:
+            fed = SimulationFederation(
+                exp.algorithm,
+                exp.contexts,
+                seed=cfg.seed,
+                fraction=cfg.fraction,
+                failure_policy=cfg.failure_policy,
+                min_clients=cfg.min_clients,
+                count_bytes=not exp.algorithm.pooled,
+                total_rounds=cfg.rounds,
+            )
+        self.fed = fed
+        self.fed.server_data = exp.server_data
 
     @property
     def checkpoint_path(self) -> Path:
@@ -411,7 +517,36 @@ class Runner:
         if "personalized_accuracy" in last:
             summary["personalized_accuracy"] = last["personalized_accuracy"]
             summary["personalized_accuracy_std"] = last["personalized_accuracy_std"]
+        if cfg.task == "segmentation":  # the "accuracy" figures are Dice scores
+            summary["task"] = cfg.task
+            summary["target_dice"] = chosen["target_accuracy"]
+            summary["target_dice_last"] = last["target_accuracy"]
+            summary["per_domain_dice"] = chosen["per_domain_accuracy"]
+        algo = self.exp.algorithm
+        picked = select_by_score(history, algo.selection_lower_is_better)
+        if algo.selection and picked is not None:
+            summary[f"target_accuracy_{algo.selection}"] = picked["target_accuracy"]
+            summary[f"{algo.selection}_round"] = picked["round"]
         return summary
+
+
+def select_by_score(history: list[dict], lower_is_better: bool = True) -> dict | None:
+    """The evaluated round with the best ``selection_score`` (first on ties), or None.
+
+    The score is a label-free round metric an algorithm reports (FACT's inter-domain
+    distance on the target client), so selecting by it uses no target labels.
+    """
+    scored = [
+        h
+        for h in history
+        if "target_accuracy" in h
+        and math.isfinite(h.get("selection_score", math.nan))
+        and not math.isnan(h["target_accuracy"])
+    ]
+    if not scored:
+        return None
+    sign = 1.0 if lower_is_better else -1.0
+    return min(scored, key=lambda h: sign * h["selection_score"])
 
 
 def run_experiment(
@@ -423,8 +558,13 @@ def run_experiment(
     stop_after: int | None = None,
     cache_dir: str | None = None,
     dataset: DomainDataset | None = None,
+    federation: Callable[[Experiment], SimulationFederation] | None = None,
 ) -> tuple[dict[str, Any], Path]:
-    """Build and run; returns the summary (empty if stopped early) and the run directory."""
+    """Build and run; returns the summary (empty if stopped early) and the run directory.
+
+    ``federation`` builds the engine's federation from the experiment (the Flower
+    ServerApp passes one); default: the in-process simulation engine.
+    """
     if resume and out is None:
         raise ConfigError("--resume needs --out RUN_DIR (the run to continue)")
     exp = prepare(cfg, cache_dir=cache_dir, dataset=dataset)
@@ -439,5 +579,6 @@ def run_experiment(
                 f"run directory {out_dir} is not empty; "
                 "use --resume to continue it or another --out"
             )
-    runner = Runner(exp, out_dir, progress=progress)
+    fed = federation(exp) if federation is not None else None
+    runner = Runner(exp, out_dir, progress=progress, fed=fed)
     return runner.run(resume=resume, stop_after=stop_after), out_dir

@@ -10,7 +10,7 @@ import torch
 from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation, RoundFailed
-from fedshift.core.record import Record, share_key
+from fedshift.core.record import Kind, Record, share_key
 from fedshift.core.seeding import derive_seed, numpy_generator
 
 log = logging.getLogger(__name__)
@@ -29,12 +29,23 @@ def validate_reply(reply: Record, shares: Mapping[str, object]) -> str | None:
     return None
 
 
-def check_shapes(replies: dict[int, Record]) -> dict[int, str]:
-    """Clients whose array shapes disagree with the majority of this call's replies."""
+#: kinds holding one row per sample: their leading dimension is each client's sample count
+PER_SAMPLE_KINDS = (Kind.AMPLITUDE, Kind.FEATURES, Kind.LOGITS)
+
+
+def check_shapes(
+    replies: dict[int, Record], shares: Mapping[str, object] | None = None
+) -> dict[int, str]:
+    """Clients whose array shapes disagree with the majority of this call's replies.
+
+    Arrays of a per-sample kind (in ``shares``) are compared without their leading dimension.
+    """
+    per_sample = {k for k, kind in (shares or {}).items() if kind in PER_SAMPLE_KINDS}
     shapes: dict[str, dict[tuple, list[int]]] = {}
     for cid, reply in replies.items():
         for key, value in reply.arrays.items():
-            shapes.setdefault(key, {}).setdefault(tuple(value.shape), []).append(cid)
+            shape = tuple(value.shape)[1 if share_key(key) in per_sample else 0 :]
+            shapes.setdefault(key, {}).setdefault(shape, []).append(cid)
     bad: dict[int, str] = {}
     for key, by_shape in shapes.items():
         if len(by_shape) > 1:
@@ -44,6 +55,37 @@ def check_shapes(replies: dict[int, Record]) -> dict[int, str]:
                     for cid in cids:
                         bad[cid] = f"{key!r} has shape {shape}, others {common}"
     return bad
+
+
+def run_client_task(
+    algorithm: Algorithm,
+    ctx: ClientContext,
+    task: str,
+    sent: Record,
+    *,
+    seed: int,
+    round_: int,
+    call_index: int,
+    total_rounds: int,
+) -> Record:
+    """Run one client task with the RNGs derived from (seed, client, round, call index).
+
+    Every engine calls this, so a client computes the same reply wherever it runs.
+    """
+    ctx.round = round_
+    ctx.total_rounds = total_rounds
+    ctx.rng = torch.Generator().manual_seed(
+        derive_seed(seed, "client", ctx.client_id, round_, call_index)
+    )
+    record = Record(
+        arrays={k: v.clone() for k, v in sent.arrays.items()},
+        config=dict(sent.config),
+        metrics=dict(sent.metrics),
+    )
+    devices = [ctx.device] if ctx.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(derive_seed(seed, "torch", ctx.client_id, round_, call_index))
+        return algorithm.run_task(task, ctx, record)
 
 
 class SimulationFederation(Federation):
@@ -106,12 +148,15 @@ class SimulationFederation(Federation):
     ) -> dict[int, Record]:
         call_index = self._calls
         self._calls += 1
+        sends = {cid: record[cid] if isinstance(record, Mapping) else record for cid in ids}
+        if self.count_bytes:
+            self.bytes_down += sum(sent.nbytes() for sent in sends.values())
+        raw = self._dispatch(task, sends, call_index)
         replies: dict[int, Record] = {}
         for cid in ids:
-            sent = record[cid] if isinstance(record, Mapping) else record
-            if self.count_bytes:
-                self.bytes_down += sent.nbytes()
-            reply = self._run(task, cid, sent, call_index)
+            if cid not in raw:
+                continue
+            reply = raw[cid]
             problem = validate_reply(reply, self.algorithm.shares)
             if problem:
                 self._fail(cid, task, problem)
@@ -119,7 +164,7 @@ class SimulationFederation(Federation):
             reply.arrays = {k: v.detach().to("cpu") for k, v in reply.arrays.items()}
             replies[cid] = reply
         if self.shared_shapes:
-            for cid, problem in check_shapes(replies).items():
+            for cid, problem in check_shapes(replies, self.algorithm.shares).items():
                 self._fail(cid, task, problem)
                 del replies[cid]
         for reply in replies.values():
@@ -130,22 +175,21 @@ class SimulationFederation(Federation):
         self._enforce_policy(task, list(ids), replies)
         return replies
 
+    def _dispatch(self, task: str, sends: dict[int, Record], call_index: int) -> dict[int, Record]:
+        """Run the task on every client; engines override this (a client left out failed)."""
+        return {cid: self._run(task, cid, sent, call_index) for cid, sent in sends.items()}
+
     def _run(self, task: str, cid: int, sent: Record, call_index: int) -> Record:
-        ctx = self.contexts[cid]
-        ctx.round = self.round
-        ctx.total_rounds = self.total_rounds
-        ctx.rng = torch.Generator().manual_seed(
-            derive_seed(self.seed, "client", cid, self.round, call_index)
+        return run_client_task(
+            self.algorithm,
+            self.contexts[cid],
+            task,
+            sent,
+            seed=self.seed,
+            round_=self.round,
+            call_index=call_index,
+            total_rounds=self.total_rounds,
         )
-        record = Record(
-            arrays={k: v.clone() for k, v in sent.arrays.items()},
-            config=dict(sent.config),
-            metrics=dict(sent.metrics),
-        )
-        devices = [ctx.device] if ctx.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(derive_seed(self.seed, "torch", cid, self.round, call_index))
-            return self.algorithm.run_task(task, ctx, record)
 
     def _fail(self, cid: int, task: str, problem: str) -> None:
         message = f"round {self.round}: client {cid} failed task {task!r}: {problem}"

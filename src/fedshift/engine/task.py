@@ -11,6 +11,9 @@ import torch
 from fedshift.config import ConfigError, RunConfig
 from fedshift.data.domains import DatasetError, DomainDataset, Split
 from fedshift.data.partition import partition_domains
+from fedshift.engine.protocol_msst import build_msst
+from fedshift.engine.protocol_per_domain import build_per_domain, keep_train_fraction
+from fedshift.engine.protocol_personalized import build_personalized
 
 
 @dataclass
@@ -38,6 +41,8 @@ class FederatedTask:
     sources: list[str]
     targets: list[str]
     dataset: DomainDataset
+    #: score every client on its own test share (the personalized protocol)
+    per_client: bool = False
 
 
 def concat_splits(splits: list[Split]) -> Split:
@@ -50,6 +55,7 @@ def build_task(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> Feder
     """Build the federated task of ``cfg.protocol`` (see :data:`PROTOCOLS`)."""
     builder = PROTOCOLS[cfg.protocol][1]
     task = builder(cfg, dataset)
+    task.clients = keep_train_fraction(task.clients, cfg.client_data_fraction, cfg.seed)
     if pooled:
         task.clients = [pool_clients(task.clients, "+".join(task.sources))]
     return task
@@ -129,6 +135,9 @@ def partition_sources(cfg: RunConfig, dataset: DomainDataset, sources: list[str]
             clients_per_domain=cfg.clients_per_domain,
             scheme=cfg.partition,
             alpha=cfg.dirichlet_alpha,
+            ways=cfg.ways,
+            shots=cfg.shots,
+            stdev=cfg.stdev,
             seed=cfg.seed,
             **kw,
         )
@@ -144,10 +153,40 @@ def build_lodo(cfg: RunConfig, dataset: DomainDataset) -> FederatedTask:
     return FederatedTask(clients=clients, sources=sources, targets=[cfg.target], dataset=dataset)
 
 
+def server_images(cfg: RunConfig, dataset: DomainDataset, task: FederatedTask):
+    """The unlabeled images the server holds (``cfg.server_data``), or None.
+
+    ``server_data`` is ``domain`` (its train split) or ``domain:split``. The domain must be
+    held by no client, and a target domain's test split is never allowed.
+    """
+    if not cfg.server_data:
+        return None
+    domain, _, split = cfg.server_data.partition(":")
+    split = split or "train"
+    try:
+        images = dataset.domain(domain).split(split).x
+    except DatasetError as exc:
+        raise ConfigError(f"server_data: {exc}") from None
+    if domain in {c.domain for c in task.clients}:
+        raise ConfigError(
+            f"server_data domain {domain!r} is held by a client; name a domain no client holds "
+            "(e.g. leave it out of --sources)"
+        )
+    if domain in task.targets and split == "test":
+        raise ConfigError(f"server_data may not be the test split of target domain {domain!r}")
+    return images
+
+
 #: protocol name -> (description, builder). Adding a protocol adds one line here.
 PROTOCOLS: dict[str, tuple[str, Callable[[RunConfig, DomainDataset], FederatedTask]]] = {
     "lodo": (
         "leave-one-domain-out: target domain unseen in training, tested every round",
         build_lodo,
     ),
+    "personalized": (
+        "every domain trains; each client is tested on its own classes; target: clients",
+        build_personalized,
+    ),
+    "msst": ("multi-source single-target: sources labeled, target client unlabeled", build_msst),
+    "per-domain": ("every domain trains and is tested (FPL); target: all", build_per_domain),
 }

@@ -10,9 +10,10 @@ from functools import partial
 from .base import FedModel
 from .cnn import build_cnn, build_digit5_cnn, build_fedproto_cnn
 from .resnet import build_resnet
+from .unet import build_unet
 from .weights import load_weights
 
-__all__ = ["DEFAULT_MODEL", "MODELS", "build_model"]
+__all__ = ["DEFAULT_MODEL", "MODELS", "SEGMENTATION_MODELS", "build_model"]
 
 DEFAULT_MODEL = "cnn"
 
@@ -30,7 +31,14 @@ MODELS: dict[str, str] = {
     ),
     "resnet18": "ResNet-18 (He et al., CVPR 2016), torchvision, weights=None; embed_dim 512",
     "resnet50": "ResNet-50 (He et al., CVPR 2016), torchvision, weights=None; embed_dim 2048",
+    "unet": (
+        "small 2-D U-Net (InstanceNorm, as FedDG-ELCFS's official code) for per-pixel "
+        "foreground segmentation (task=segmentation); 1 logit map, embed_dim 16"
+    ),
 }
+
+#: models that output per-pixel logit maps; the only ones ``task = "segmentation"`` accepts
+SEGMENTATION_MODELS = ("unet",)
 
 _BUILDERS: dict[str, Callable[..., FedModel]] = {
     "cnn": build_cnn,
@@ -38,6 +46,7 @@ _BUILDERS: dict[str, Callable[..., FedModel]] = {
     "fedproto-cnn": build_fedproto_cnn,
     "resnet18": partial(build_resnet, "resnet18"),
     "resnet50": partial(build_resnet, "resnet50"),
+    "unet": build_unet,
 }
 
 _COMMON = {"num_classes", "in_channels", "image_size"}
@@ -86,3 +95,58 @@ def build_model(
     if weights_path is not None:
         load_weights(model, weights_path)
     return model
+
+
+#: ``hetero_models`` presets: FedProto's model heterogeneity on MNIST (conv2 with 18/20/22
+#: channels, clients split in three blocks as the official code's ``mode=model_heter``)
+VARIANT_PRESETS: dict[str, str] = {
+    "fedproto": "out_channels=10/18;out_channels=10/20;out_channels=10/22",
+}
+
+
+def _option_value(text: str) -> object:
+    text = text.strip()
+    if "/" in text:
+        return tuple(_option_value(part) for part in text.split("/"))
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_variants(spec: str) -> list[dict[str, object]]:
+    """Model-option variants from a ``hetero_models`` string (empty: no variants).
+
+    ``;`` separates variants, ``,`` the ``key=value`` options of one variant and ``/`` the
+    items of a tuple value: ``out_channels=10/18;out_channels=10/20``. A preset name of
+    :data:`VARIANT_PRESETS` (``fedproto``) stands for its string. Values are int, float,
+    bool or str; option names are checked when the models are built.
+    """
+    spec = VARIANT_PRESETS.get(spec.strip(), spec).strip()
+    if not spec:
+        return []
+    variants = []
+    for part in spec.split(";"):
+        options: dict[str, object] = {}
+        for item in filter(None, (s.strip() for s in part.split(","))):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(
+                    f"hetero_models: expected key=value, got {item!r} in {spec!r} "
+                    "(e.g. 'out_channels=10/18;out_channels=10/20' or a preset: "
+                    f"{', '.join(VARIANT_PRESETS)})"
+                )
+            options[key.strip()] = _option_value(value)
+        variants.append(options)
+    return variants
+
+
+def variant_of_client(index: int, num_clients: int, num_variants: int) -> int:
+    """The variant of the ``index``-th client: contiguous blocks of ceil(n / v) clients
+    (20 clients, 3 variants -> 7, 7, 6, as the official FedProto code assigns them)."""
+    block = -(-num_clients // num_variants)
+    return min(index // block, num_variants - 1)

@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from torch import nn
-from torchvision import models as tvm
 
 from .base import FedModel
 
 __all__ = ["build_resnet"]
 
-_ARCHS = {"resnet18": (tvm.resnet18, 512), "resnet50": (tvm.resnet50, 2048)}
+#: name -> (torchvision constructor name, embedding size); torchvision is imported on use
+#: (importing it costs seconds, and most runs use the small CNNs)
+_ARCHS = {"resnet18": ("resnet18", 512), "resnet50": ("resnet50", 2048)}
 
 
 def build_resnet(
@@ -49,8 +50,10 @@ def build_resnet(
         raise ValueError(f"in_channels must be >= 1, got {in_channels}")
     if not isinstance(small_input, bool):
         raise ValueError(f"option 'small_input' must be a bool, got {small_input!r}")
-    ctor, embed_dim = _ARCHS[arch]
-    net = ctor(weights=None, num_classes=num_classes)
+    from torchvision import models as tvm
+
+    ctor_name, embed_dim = _ARCHS[arch]
+    net = getattr(tvm, ctor_name)(weights=None, num_classes=num_classes)
     if small_input or in_channels != 3:
         k, s, p = (3, 1, 1) if small_input else (7, 2, 3)
         net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=k, stride=s, padding=p, bias=False)

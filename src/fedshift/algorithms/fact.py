@@ -1,0 +1,298 @@
+"""FACT: Federated Adversarial Cross Training (Schrod et al., 2023)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshift.algorithms._common import state_dict_cpu, weighted_metric
+from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.context import ClientContext
+from fedshift.core.federation import Federation
+from fedshift.core.record import Kind, Record
+from fedshift.core.reduce import mean
+from fedshift.core.state import ServerState
+
+Tensors = dict[str, torch.Tensor]
+
+EVALUATIONS = ("ensemble", "average")
+
+
+@dataclass(frozen=True)
+class FACTHparams:
+    lr: float = 0.005  # η₀, initial learning rate (official Digit-Five / Office scripts)
+    lr_decay: float = 0.75  # exponent of η = η₀·(1 + 10·p)^(−0.75) (Ganin et al.'s schedule)
+    batch_size: int = 128  # B (official scripts)
+    finetune_epochs: int = 1  # epochs of head fine-tuning F_si on the aggregated G' (official 1)
+    evaluate_with: str = "ensemble"  # "ensemble": per sample the more confident of F1, F2
+    # (official evaluation); "average": the averaged head F used for the next round
+
+
+def inter_domain_distance(logits_1: torch.Tensor, logits_2: torch.Tensor) -> torch.Tensor:
+    """IDD = mean over samples and classes of |softmax(F1(G(x))) − softmax(F2(G(x)))|."""
+    return (F.softmax(logits_1, dim=1) - F.softmax(logits_2, dim=1)).abs().mean()
+
+
+def scheduled_lr(lr0: float, epochs_done: int, total_epochs: int, decay: float) -> float:
+    """η = η₀·(1 + 10·p)^(−decay) with p = epochs_done / total_epochs (the official scheduler)."""
+    progress = epochs_done / max(total_epochs, 1)
+    return lr0 * (1.0 + 10.0 * progress) ** (-decay)
+
+
+def split_generator_head(state: Mapping[str, torch.Tensor]) -> tuple[Tensors, Tensors]:
+    """A FedModel state dict -> (G = ``backbone.*`` entries, F = ``head.*`` entries)."""
+    generator = {k: v for k, v in state.items() if k.startswith("backbone.")}
+    head = {k: v for k, v in state.items() if k.startswith("head.")}
+    if len(generator) + len(head) != len(state):
+        stray = sorted(set(state) - set(generator) - set(head))
+        raise ValueError(f"FACT needs a backbone/head model; unexpected keys: {stray[:3]}")
+    return generator, head
+
+
+def aggregate_generators(generators: Sequence[Tensors]) -> Tensors:
+    """Unweighted mean of generators (BatchNorm buffers included), as the official server
+    does (weights [1, 1]): the two sources' G_s1, G_s2 -> G', the targets' G_t -> new G."""
+    return mean(generators)
+
+
+def average_heads(heads: Sequence[Tensors]) -> Tensors:
+    """The next round's global head: unweighted mean of the (fine-tuned) source heads."""
+    return mean(heads)
+
+
+def _without_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> Tensors:
+    cut = len(prefix)
+    return {k[cut:]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
+class TwoHeadModel(nn.Module):
+    """G with two heads; per sample, the logits of the head whose largest logit is larger.
+
+    This is how the official code scores the target (``CombinedOutcomeHeadsModel``).
+    """
+
+    def __init__(self, model: nn.Module, second_head: nn.Module):
+        super().__init__()
+        self.model = model
+        self.second_head = second_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = self.model.features(x)
+        first = self.model.classifier(features)
+        second = self.second_head(features)
+        pick_first = first.max(dim=1).values >= second.max(dim=1).values
+        return torch.where(pick_first[:, None], first, second)
+
+
+class FACT(Algorithm):
+    """Federated Adversarial Cross Training for an unlabeled target client (protocol msst).
+
+    Each round: (1) two randomly chosen source clients are cross-initialized with the global
+    (G, F) — G = the model's ``backbone``, F = its ``head`` — and train both with cross-entropy
+    for E local epochs; (2) the server averages their generators into G'; (3) each of the two
+    sources fine-tunes its own head on the frozen G' (an extra transfer of G' down to both
+    sources — the communication cost FACT-NF avoids); (4) the target client receives G' and
+    both heads and minimizes the inter-domain distance IDD = mean |softmax(F1(G(x_t))) −
+    softmax(F2(G(x_t)))| with respect to G only, heads frozen; (5) its G_t becomes the new
+    global G and the two heads are averaged into the new global F. The round's IDD (mean over
+    the target's batches) is reported as ``selection_score``: the summary's
+    ``target_accuracy_min_idd`` is the target accuracy of the round with minimal IDD, FACT's
+    label-free model selection.
+
+    Optimization follows the official code: SGD (run-level ``momentum``, ``weight_decay``;
+    official 0.9 and 5e-4, fedshift's defaults), learning rate η₀·(1 + 10·p)^(−0.75) where p
+    counts the epochs *this client* has trained so far over E·T (each client steps its own
+    scheduler once per local epoch; the fine-tuning step uses the source's already-decayed
+    rate). FACT's own ``algo.lr`` (0.005) and ``algo.batch_size`` (128) replace the run-level
+    ``lr`` / ``batch_size``, which FACT ignores; ``local_epochs`` is E (official 1).
+
+    Deviation notes: (a) the official clients keep one SGD optimizer for the whole run, so
+    momentum buffers survive across rounds although the weights are re-initialized from the
+    server; here each client task starts a fresh optimizer (no momentum carried over).
+    (b) The official target returns its two (unchanged) heads with G_t; here the heads stay
+    frozen in eval mode on the target and the server averages the copies it already received,
+    so only G_t travels back (same result, fewer bytes). (c) The official evaluation script
+    skips the first ``int(0.1·epochs)`` rounds when taking the minimum IDD — 0 with its
+    epochs=1 — so min-IDD selection here considers every evaluated round. (d) With fewer than
+    two sources replying (failure policy), the round keeps the previous global model.
+    """
+
+    name = "fact"
+    paper = "Schrod et al., FACT: Federated Adversarial Cross Training, arXiv:2306.00607, 2023"
+    Hparams = FACTHparams
+    shares = {"model": Kind.MODEL}
+    protocols = ("msst",)
+    selection = "min_idd"
+    selection_lower_is_better = True
+    #: run the source head fine-tuning step (FACT); FACT-NF skips it
+    finetune = True
+
+    def __init__(self, hp: FACTHparams, run):
+        super().__init__(hp, run)
+        if hp.evaluate_with not in EVALUATIONS:
+            raise ValueError(
+                f"algo.evaluate_with must be one of {', '.join(EVALUATIONS)}, "
+                f"got {hp.evaluate_with!r}"
+            )
+        if hp.lr <= 0 or hp.batch_size < 2 or hp.finetune_epochs < 1:
+            raise ValueError("FACT needs algo.lr > 0, algo.batch_size >= 2, finetune_epochs >= 1")
+
+    # -- server --------------------------------------------------------------------------
+    def round(self, state: ServerState, fed: Federation):
+        if len(fed.clients("source")) < 2 or not fed.clients("target"):
+            raise RuntimeError("FACT needs at least two source clients and a target client")
+        ids = fed.sample(k=2)
+        send = Record(config={"send_head": not self.finetune}).with_arrays("model", state.model)
+        trained = fed.call("train", ids, send)
+        metrics = {"train_loss": weighted_metric(trained, "loss")}
+        if len(trained) < 2:
+            return state, metrics
+        pair = list(trained)
+        generators = [split_generator_head(trained[c].subset("model"))[0] for c in pair]
+        aggregated = aggregate_generators(generators)
+        if self.finetune:
+            tuned = fed.call("finetune", pair, Record().with_arrays("model", aggregated))
+            if len(tuned) < 2:
+                return state, metrics
+            heads = [split_generator_head(tuned[c].subset("model"))[1] for c in pair]
+            metrics["finetune_loss"] = weighted_metric(tuned, "loss")
+        else:
+            heads = [split_generator_head(trained[c].subset("model"))[1] for c in pair]
+        to_target = Record().with_arrays("model", aggregated)
+        to_target.with_arrays("heads.0", heads[0]).with_arrays("heads.1", heads[1])
+        adapted = fed.call("idd", fed.clients("target"), to_target)
+        if not adapted:
+            return state, metrics
+        generator = aggregate_generators([r.subset("model") for r in adapted.values()])
+        state.model = {**generator, **average_heads(heads)}
+        state.extra["heads"] = heads
+        idd = sum(float(r.metrics["idd"]) for r in adapted.values()) / len(adapted)
+        metrics.update(idd=idd, selection_score=idd)
+        return state, metrics
+
+    def global_model(self, state: ServerState) -> nn.Module | None:
+        model = super().global_model(state)
+        if model is None or self.hp.evaluate_with == "average" or "heads" not in state.extra:
+            return model
+        first, second = state.extra["heads"]
+        model.head.load_state_dict(_without_prefix(first, "head."))
+        second_head = copy.deepcopy(model.head)
+        second_head.load_state_dict(_without_prefix(second, "head."))
+        return TwoHeadModel(model, second_head)
+
+    # -- clients -------------------------------------------------------------------------
+    def _lr(self, ctx: ClientContext) -> float:
+        total = ctx.train_cfg.local_epochs * ctx.total_rounds
+        return scheduled_lr(
+            self.hp.lr, int(ctx.state.get("epochs_done", 0)), total, self.hp.lr_decay
+        )
+
+    def _sgd(self, params, ctx: ClientContext) -> torch.optim.Optimizer:
+        cfg = ctx.train_cfg
+        return torch.optim.SGD(
+            params, lr=self._lr(ctx), momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+
+    @client_task("train")
+    def train(self, ctx: ClientContext, record: Record) -> Record:
+        """Source training: CE on (G, F) from the global model, E epochs."""
+        model = ctx.build_model()
+        model.load_state_dict(record.subset("model"))
+        model.to(ctx.device).train()
+        optimizer = self._sgd(model.parameters(), ctx)
+        total, seen = 0.0, 0
+        for _ in range(ctx.train_cfg.local_epochs):
+            for group in optimizer.param_groups:
+                group["lr"] = self._lr(ctx)
+            for x, y in ctx.train.batches(self.hp.batch_size, ctx.rng):
+                if len(x) < 2:
+                    continue
+                loss = F.cross_entropy(model(x), y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * len(x)
+                seen += len(x)
+            ctx.state["epochs_done"] = int(ctx.state.get("epochs_done", 0)) + 1
+        generator, head = split_generator_head(state_dict_cpu(model))
+        reply = Record().with_arrays("model", generator)
+        if record.config.get("send_head", True):
+            reply.with_arrays("model", head)
+        else:
+            ctx.state["head"] = head
+        reply.metrics.update(
+            loss=total / max(seen, 1), **{"num-examples": len(ctx.train), "samples": seen}
+        )
+        return reply
+
+    @client_task("finetune")
+    def finetune_head(self, ctx: ClientContext, record: Record) -> Record:
+        """Fit this source's own head to the aggregated generator G' (G' frozen)."""
+        model = ctx.build_model()
+        head = ctx.state.pop("head", None)
+        if head is None:
+            raise RuntimeError("finetune called before train on this client")
+        model.load_state_dict({**record.subset("model"), **head})
+        model.to(ctx.device).train()
+        for param in model.backbone.parameters():
+            param.requires_grad_(False)
+        optimizer = self._sgd(model.head.parameters(), ctx)
+        total, seen = 0.0, 0
+        for _ in range(self.hp.finetune_epochs):
+            for x, y in ctx.train.batches(self.hp.batch_size, ctx.rng):
+                if len(x) < 2:
+                    continue
+                loss = F.cross_entropy(model.classifier(model.features(x)), y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * len(x)
+                seen += len(x)
+        _, head = split_generator_head(state_dict_cpu(model))
+        reply = Record().with_arrays("model", head)
+        reply.metrics.update(
+            loss=total / max(seen, 1), **{"num-examples": len(ctx.train), "samples": seen}
+        )
+        return reply
+
+    @client_task("idd")
+    def minimize_idd(self, ctx: ClientContext, record: Record) -> Record:
+        """Target step: minimize IDD of the two frozen heads w.r.t. G on unlabeled data."""
+        model = ctx.build_model()
+        model.load_state_dict({**record.subset("model"), **record.subset("heads.0")})
+        second_head = copy.deepcopy(model.head)
+        second_head.load_state_dict(_without_prefix(record.subset("heads.1"), "head."))
+        model.to(ctx.device)
+        second_head.to(ctx.device).eval()
+        model.backbone.train()
+        model.head.eval()
+        for param in [*model.head.parameters(), *second_head.parameters()]:
+            param.requires_grad_(False)
+        optimizer = self._sgd(model.backbone.parameters(), ctx)
+        total, batches, seen = 0.0, 0, 0
+        for _ in range(ctx.train_cfg.local_epochs):
+            for group in optimizer.param_groups:
+                group["lr"] = self._lr(ctx)
+            for x, _ in ctx.train.batches(self.hp.batch_size, ctx.rng, labels=False):
+                if len(x) < 2:
+                    continue
+                features = model.features(x)
+                loss = inter_domain_distance(model.classifier(features), second_head(features))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach())
+                batches += 1
+                seen += len(x)
+            ctx.state["epochs_done"] = int(ctx.state.get("epochs_done", 0)) + 1
+        generator, _ = split_generator_head(state_dict_cpu(model))
+        reply = Record().with_arrays("model", generator)
+        reply.metrics.update(
+            idd=total / max(batches, 1), **{"num-examples": len(ctx.train), "samples": seen}
+        )
+        return reply

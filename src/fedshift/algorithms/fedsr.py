@@ -1,0 +1,246 @@
+"""FedSR: simple representations for federated domain generalization (Nguyen, Torr and Lim,
+NeurIPS 2022)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedshift.algorithms._common import make_optimizer, state_dict_cpu, weighted_metric
+from fedshift.config import ConfigError
+from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.context import ClientContext
+from fedshift.core.federation import Federation
+from fedshift.core.record import Kind, Record
+from fedshift.core.reduce import weighted_mean
+from fedshift.core.seeding import derive_seed, torch_generator
+from fedshift.core.state import ServerState
+from fedshift.models.base import FedModel
+
+L2R_FORMS = ("squared", "norm")
+
+
+@dataclass(frozen=True)
+class FedSRHparams:
+    alpha_l2r: float = 0.01  # α^{L2R}
+    alpha_cmi: float = 5e-4  # α^{CMI} (official README: 1e-3 on PACS)
+    z_dim: int = 0  # size of z; 0: the backbone's embed_dim (official: 512 with ResNet-18)
+    l2r: str = "squared"  # "squared": E‖z‖² (paper); "norm": E‖z‖ (official code)
+    cmi_scale: bool = False  # learnable scale C on (μ, σ) inside the CMI term (official code)
+    predict_samples: int = 20  # S, z samples averaged at test time (official num_samples)
+    predict_with_mean: bool = False  # classify μ instead of averaging S sampled predictions
+    share_reference: bool = False  # also average r_μ, r_σ on the server (sent as prototypes)
+
+
+class FedSRNet(FedModel):
+    """A backbone whose features parameterize ``p(z|x) = N(μ, diag σ²)`` and a head on ``z``.
+
+    ``posterior`` is a linear layer from the backbone's features to ``2·z_dim`` numbers: μ and
+    σ = softplus(·), as the official code's ``fc`` to ``2·z_dim``. :meth:`features` is the
+    mean μ (the deterministic embedding); training samples ``z`` by reparameterization.
+    """
+
+    def __init__(self, base: FedModel, z_dim: int):
+        head = nn.Linear(z_dim, base.num_classes)
+        super().__init__(
+            base.backbone,
+            head,
+            embed_dim=z_dim,
+            num_classes=base.num_classes,
+            arch=f"{base.arch}+fedsr",
+        )
+        self.posterior = nn.Linear(base.embed_dim, 2 * z_dim)
+        self.z_dim = z_dim
+
+    def distribution(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(μ, σ)`` of ``p(z|x)``, each ``(N, z_dim)``."""
+        mu, raw_sigma = self.posterior(self.backbone(x)).chunk(2, dim=1)
+        return mu, F.softplus(raw_sigma)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.distribution(x)[0]
+
+
+def l2r_penalty(z: torch.Tensor, form: str = "squared") -> torch.Tensor:
+    """L2R over a batch of samples ``z``: mean ‖z‖² (paper) or mean ‖z‖ (official code)."""
+    if form == "squared":
+        return z.pow(2).sum(dim=1).mean()
+    if form == "norm":
+        return z.norm(dim=1).mean()
+    raise ValueError(f"unknown L2R form {form!r}; choose one of: {', '.join(L2R_FORMS)}")
+
+
+def gaussian_kl(
+    mu: torch.Tensor, sigma: torch.Tensor, ref_mu: torch.Tensor, ref_sigma: torch.Tensor
+) -> torch.Tensor:
+    """KL(N(μ, σ²) ‖ N(r_μ, r_σ²)) of diagonal Gaussians, summed over the last dimension:
+    Σ_d log(r_σ/σ) + (σ² + (μ − r_μ)²) / (2 r_σ²) − 1/2."""
+    terms = (
+        torch.log(ref_sigma)
+        - torch.log(sigma)
+        + (sigma.pow(2) + (mu - ref_mu).pow(2)) / (2 * ref_sigma.pow(2))
+        - 0.5
+    )
+    return terms.sum(dim=-1)
+
+
+def cmi_penalty(
+    mu: torch.Tensor,
+    sigma: torch.Tensor,
+    labels: torch.Tensor,
+    ref_mu: torch.Tensor,
+    ref_sigma_raw: torch.Tensor,
+    scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """CMI bound E KL(p(z|x) ‖ r(z|y)), r(z|y) = N(r_μ[y], softplus(r_σ_raw[y])²); batch mean.
+
+    ``scale`` is the official code's learnable C multiplying μ and σ (None: no scaling).
+    """
+    if scale is not None:
+        mu, sigma = mu * scale, sigma * scale
+    ref_sigma = F.softplus(ref_sigma_raw)
+    return gaussian_kl(mu, sigma, ref_mu[labels], ref_sigma[labels]).mean()
+
+
+class FedSR(Algorithm):
+    """FedSR: the featurizer outputs (μ, σ), z ~ N(μ, σ²) by reparameterization, and the local
+    loss is CE(g(z), y) + α_L2R·E‖z‖² + α_CMI·E KL(N(μ, σ²) ‖ N(r_μ[y], r_σ[y]²)). L2R aligns
+    every client's marginal p(z) to a Gaussian around 0; the CMI bound aligns p(z|y) to the
+    learnable per-class reference r(z|y). The server takes FedAvg's sample-weighted mean of
+    backbone, posterior layer and classifier. Test time averages the softmax over S samples
+    of z (or classifies μ with ``predict_with_mean``).
+
+    The reference parameters r_μ (zeros), r_σ (raw, ones; r_σ = softplus(raw)) and, with
+    ``cmi_scale``, C (one) are client state (``ctx.state``), trained with the same optimizer;
+    as in the official code they never leave the client unless ``share_reference`` is set,
+    which declares them as ``reference`` prototypes and averages them like the model.
+
+    Deviation notes:
+    - L2R is E‖z‖² as in the paper; the official code uses E‖z‖ (``l2r="norm"``).
+    - r_σ = softplus(raw) with raw initialized to one, and the learnable scale C
+      (``cmi_scale``), are the official code's choices; the paper leaves them open.
+    - The posterior layer is a linear map from the backbone's features to 2·z_dim (the
+      official code replaces ResNet's ``fc`` by it; on fedshift's CNNs it follows the
+      feature layer).
+    - The optimizer is rebuilt every round (the official one keeps momentum across rounds).
+    - Test-time noise comes from a generator seeded by the run seed, so evaluation is
+      deterministic; training noise comes from the client's ``ctx.rng``.
+    """
+
+    name = "fedsr"
+    paper = (
+        "Nguyen, Torr and Lim, FedSR: A Simple and Effective Domain Generalization Method "
+        "for Federated Learning, NeurIPS 2022"
+    )
+    Hparams = FedSRHparams
+    shares = {"model": Kind.MODEL}
+
+    def __init__(self, hp: FedSRHparams, run):
+        super().__init__(hp, run)
+        if hp.l2r not in L2R_FORMS:
+            raise ConfigError(
+                f"unknown algo.l2r {hp.l2r!r} for fedsr; choose one of: {', '.join(L2R_FORMS)}"
+            )
+        if hp.z_dim < 0 or hp.predict_samples < 1:
+            raise ConfigError(f"fedsr needs z_dim >= 0 and predict_samples >= 1; got {hp}")
+        if hp.share_reference:
+            self.shares = {**type(self).shares, "reference": Kind.PROTOTYPE}
+
+    def build_net(self) -> FedSRNet:
+        """The backbone plus posterior layer and head, their init depending only on the seed."""
+        base = self.run.build_model()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(self.run.seed, "fedsr-posterior"))
+            return FedSRNet(base, self.hp.z_dim or base.embed_dim)
+
+    def init_state(self) -> ServerState:
+        return ServerState(model=state_dict_cpu(self.build_net()))
+
+    def global_model(self, state: ServerState) -> torch.nn.Module | None:
+        model = self.build_net()
+        model.load_state_dict(state.model)
+        return model
+
+    def predict(self, model: FedSRNet, x: torch.Tensor) -> torch.Tensor:
+        """log of the softmax averaged over S samples of z (or the logits of μ)."""
+        mu, sigma = model.distribution(x)
+        if self.hp.predict_with_mean:
+            return model.classifier(mu)
+        samples = self.hp.predict_samples
+        gen = torch_generator(self.run.seed, "fedsr-predict")
+        noise = torch.randn((samples, *mu.shape), generator=gen).to(mu.device)
+        z = (mu + sigma * noise).reshape(samples * len(mu), -1)
+        probs = F.softmax(model.classifier(z), dim=1).reshape(samples, len(mu), -1).mean(0)
+        return torch.log(probs)
+
+    def round(self, state: ServerState, fed: Federation):
+        sent = Record().with_arrays("model", state.model)
+        if self.hp.share_reference and "reference" in state.extra:
+            sent.with_arrays("reference", state.extra["reference"])
+        replies = fed.call("train", fed.sample(), sent)
+        if replies:
+            weights = [r.metrics["num-examples"] for r in replies.values()]
+            state.model = weighted_mean([r.subset("model") for r in replies.values()], weights)
+            if self.hp.share_reference:
+                state.extra["reference"] = weighted_mean(
+                    [r.subset("reference") for r in replies.values()], weights
+                )
+        return state, {
+            "train_loss": weighted_metric(replies, "loss"),
+            "l2r": weighted_metric(replies, "l2r"),
+            "cmi": weighted_metric(replies, "cmi"),
+        }
+
+    def _reference(self, ctx: ClientContext, record: Record, z_dim: int) -> dict[str, Any]:
+        """This client's r_μ, raw r_σ (and C) as trainable leaves on the device."""
+        ref = {
+            "mu": ctx.state.get("r_mu", torch.zeros(ctx.num_classes, z_dim)),
+            "sigma": ctx.state.get("r_sigma", torch.ones(ctx.num_classes, z_dim)),
+        }
+        if self.hp.share_reference:
+            ref.update(record.subset("reference"))
+        if self.hp.cmi_scale:
+            ref["scale"] = ctx.state.get("cmi_scale", torch.ones(()))
+        return {k: v.detach().clone().to(ctx.device).requires_grad_(True) for k, v in ref.items()}
+
+    @client_task("train")
+    def train(self, ctx: ClientContext, record: Record) -> Record:
+        cfg, hp = ctx.train_cfg, self.hp
+        model = self.build_net()
+        model.load_state_dict(record.subset("model"))
+        model.to(ctx.device).train()
+        ref = self._reference(ctx, record, model.z_dim)
+        optimizer = make_optimizer([*model.parameters(), *ref.values()], cfg)
+        sums = {"loss": 0.0, "l2r": 0.0, "cmi": 0.0}
+        seen = 0
+        for _ in range(cfg.local_epochs):
+            for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
+                if len(x) < 2:
+                    continue
+                mu, sigma = model.distribution(x)
+                noise = torch.randn(mu.shape, generator=ctx.rng).to(ctx.device)
+                z = mu + sigma * noise
+                l2r = l2r_penalty(z, hp.l2r)
+                cmi = cmi_penalty(mu, sigma, y, ref["mu"], ref["sigma"], ref.get("scale"))
+                loss = F.cross_entropy(model.classifier(z), y) + hp.alpha_l2r * l2r
+                loss = loss + hp.alpha_cmi * cmi
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                for key, value in (("loss", loss), ("l2r", l2r), ("cmi", cmi)):
+                    sums[key] += float(value.detach()) * len(x)
+                seen += len(x)
+        ctx.state["r_mu"] = ref["mu"].detach().cpu().clone()
+        ctx.state["r_sigma"] = ref["sigma"].detach().cpu().clone()
+        if hp.cmi_scale:
+            ctx.state["cmi_scale"] = ref["scale"].detach().cpu().clone()
+        reply = Record().with_arrays("model", state_dict_cpu(model))
+        if hp.share_reference:
+            reply.with_arrays("reference", {"mu": ctx.state["r_mu"], "sigma": ctx.state["r_sigma"]})
+        reply.metrics.update({k: v / max(seen, 1) for k, v in sums.items()})
+        reply.metrics.update({"num-examples": len(ctx.train), "samples": seen})
+        return reply

@@ -1,0 +1,272 @@
+"""FPL: federated prototype learning under domain shift (Huang et al., CVPR 2023)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedshift.algorithms._common import (
+    make_optimizer,
+    model_from_record,
+    model_record,
+    weighted_metric,
+)
+from fedshift.algorithms._prototypes import (
+    class_prototypes,
+    prototype_arrays,
+    prototypes_from_arrays,
+    stack_prototypes,
+)
+from fedshift.config import ConfigError
+from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.context import ClientContext
+from fedshift.core.federation import Federation
+from fedshift.core.record import Kind, Record
+from fedshift.core.reduce import weighted_mean
+from fedshift.core.state import ServerState
+
+UPCR_REDUCTIONS = ("sum", "mean")
+PROTOTYPE_PASSES = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class FPLHparams:
+    temperature: float = 0.02  # τ of the CPCL cosine similarities (official main.py: 0.1)
+    upcr_reduction: str = "sum"  # "sum": ‖z − U^c‖² (paper); "mean": MSELoss (official code)
+    finch_level: int = -1  # FINCH partition kept: -1 the coarsest (official code), 0 the finest
+    prototype_pass: str = "train"  # p_k^c from the last local epoch's f(x) (official), or "eval"
+
+
+def finch_labels(points: np.ndarray, level: int = -1) -> np.ndarray:
+    """Cluster labels of ``points`` (n ≥ 2 rows) by FINCH with cosine distance.
+
+    ``level`` picks a column of FINCH's partition hierarchy (-1: the coarsest, as the official
+    code's ``c[:, -1]``), run with ``ensure_early_exit=False`` as there.
+    """
+    with warnings.catch_warnings():
+        # finch-clust warns at import that pynndescent (only used for n > 20,000) is missing
+        warnings.filterwarnings("ignore", message="pynndescent is not installed")
+        from finch import FINCH
+
+    partitions, _, _ = FINCH(
+        np.asarray(points, dtype=np.float32), distance="cosine", ensure_early_exit=False
+    )
+    columns = partitions.shape[1]
+    return partitions[:, max(-columns, min(level, columns - 1))]
+
+
+def cluster_prototypes(protos: torch.Tensor, level: int = -1) -> torch.Tensor:
+    """FPL's cluster prototypes of one class: FINCH clusters of the clients' prototypes
+    ``(n, d)``, each replaced by its members' mean; ``(K', d)`` in cluster-label order.
+
+    One prototype is its own cluster (the official code skips FINCH for it). Two prototypes
+    are each other's first neighbour, so FINCH merges them into one cluster: their mean.
+    """
+    protos = protos.detach().to("cpu", torch.float64)
+    if len(protos) == 1:
+        return protos.to(torch.float32)
+    labels = finch_labels(protos.numpy(), level)
+    means = [protos[torch.from_numpy(labels == c)].mean(0) for c in np.unique(labels)]
+    return torch.stack(means).to(torch.float32)
+
+
+def aggregate_fpl(
+    tables: Sequence[Mapping[int, torch.Tensor]], num_classes: int, level: int = -1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cluster prototypes of every class any client holds, and the unbiased prototypes.
+
+    Returns ``(clusters (M, d), cluster_labels (M,), unbiased (num_classes, d))``: the
+    clusters of all classes stacked, the class of each, and U^c = the mean of class c's
+    cluster prototypes (NaN rows for classes nobody holds).
+    """
+    by_class: dict[int, list[torch.Tensor]] = {}
+    for table in tables:
+        for label, proto in table.items():
+            by_class.setdefault(int(label), []).append(proto)
+    if not by_class:
+        raise ValueError("no prototypes to aggregate")
+    clusters, labels, unbiased = [], [], {}
+    for label in sorted(by_class):
+        found = cluster_prototypes(torch.stack(by_class[label]), level)
+        clusters.append(found)
+        labels.append(torch.full((len(found),), label, dtype=torch.long))
+        unbiased[label] = found.to(torch.float64).mean(0).to(torch.float32)
+    return torch.cat(clusters), torch.cat(labels), stack_prototypes(unbiased, num_classes)
+
+
+def cpcl_loss(
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    clusters: torch.Tensor,
+    cluster_labels: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    """Per-sample L_CPCL = −log(Σ_{p∈P^y} e^{s(z,p)} / Σ_{p∈P} e^{s(z,p)}), s = cos/τ.
+
+    Positives are the sample's class clusters, negatives every other class's clusters.
+    Samples whose class has no cluster get 0.
+    """
+    sims = F.cosine_similarity(z[:, None, :], clusters[None, :, :], dim=-1) / temperature
+    positive = cluster_labels[None, :] == labels[:, None]
+    pos = torch.logsumexp(sims.masked_fill(~positive, float("-inf")), dim=1)
+    loss = torch.logsumexp(sims, dim=1) - pos
+    return torch.where(positive.any(dim=1), loss, torch.zeros_like(loss))
+
+
+def upcr_loss(
+    z: torch.Tensor, labels: torch.Tensor, unbiased: torch.Tensor, reduction: str = "sum"
+) -> torch.Tensor:
+    """Per-sample L_UPCR = Σ_v (z_v − U^y_v)² (``"mean"``: divided by d, the official
+    MSELoss). Samples whose class has no unbiased prototype (NaN row) get 0."""
+    target = unbiased[labels]
+    known = ~torch.isnan(target).any(dim=1)
+    diff = (z - torch.nan_to_num(target, nan=0.0)).pow(2)
+    loss = diff.sum(dim=1) if reduction == "sum" else diff.mean(dim=1)
+    return torch.where(known, loss, torch.zeros_like(loss))
+
+
+def accumulate_class_sums(
+    sums: dict[int, torch.Tensor],
+    counts: dict[int, int],
+    features: torch.Tensor,
+    labels: torch.Tensor,
+) -> None:
+    """Add a batch's per-class feature sums (float64, CPU) and counts to running totals."""
+    features, labels = features.to("cpu", torch.float64), labels.to("cpu")
+    for label in labels.unique().tolist():
+        rows = features[labels == label]
+        sums[label] = sums.get(label, 0) + rows.sum(0)
+        counts[label] = counts.get(label, 0) + len(rows)
+
+
+class FPL(Algorithm):
+    """FPL: clients send their model and per-class prototypes p_k^c (mean feature f(x) of class
+    c). For every class the server clusters the clients' prototypes with FINCH (cosine) into
+    cluster prototypes P^c and averages those into the unbiased prototype U^c; the model is
+    FedAvg'ed. Local loss: CE + L_CPCL + L_UPCR, with L_CPCL an InfoNCE of f(x) against all
+    cluster prototypes (positives P^y, negatives the other classes' clusters, cosine,
+    τ = 0.02) and L_UPCR = ‖f(x) − U^y‖². Both regularizers are summed over the batch and
+    divided by its size; round 1 (no prototypes yet) is plain CE. Prediction: the classifier.
+
+    Deviation notes:
+    - Local prototypes p_k^c are, as in the official code, the mean of the detached f(x) of
+      the last local epoch (train mode, while the model changes; the paper leaves this
+      open). ``prototype_pass="eval"`` takes a separate pass after training in eval mode
+      instead (``_prototypes.class_prototypes``); with BatchNorm running statistics that
+      lag the batch statistics (few local steps), those prototypes sit far from the
+      train-mode features and L_UPCR blows up, so it is not the default.
+    - L_UPCR sums the squared distance over dimensions (paper); the official code's MSELoss
+      averages it (``upcr_reduction="mean"``).
+    - The official code keeps FINCH's coarsest partition (``c[:, -1]``); ``finch_level``
+      picks another. A class with a single client prototype keeps it as its only cluster
+      (the official code's fallback); two prototypes always form one FINCH cluster.
+    - Clustering is unweighted (as in the official code); the model mean is weighted by
+      sample counts (the official ``weight`` averaging).
+    - τ = 0.02 is the paper's value; the official ``main.py`` defaults ``infoNCET`` to 0.1.
+    """
+
+    name = "fpl"
+    paper = (
+        "Huang, Ye, Shi, Li and Du, Rethinking Federated Learning with Domain Shift: "
+        "A Prototype View, CVPR 2023"
+    )
+    Hparams = FPLHparams
+    shares = {"model": Kind.MODEL, "prototype": Kind.PROTOTYPE}
+
+    def __init__(self, hp: FPLHparams, run):
+        super().__init__(hp, run)
+        if hp.prototype_pass not in PROTOTYPE_PASSES:
+            raise ConfigError(
+                f"unknown algo.prototype_pass {hp.prototype_pass!r} for fpl; "
+                f"choose one of: {', '.join(PROTOTYPE_PASSES)}"
+            )
+        if hp.upcr_reduction not in UPCR_REDUCTIONS:
+            raise ConfigError(
+                f"unknown algo.upcr_reduction {hp.upcr_reduction!r} for fpl; "
+                f"choose one of: {', '.join(UPCR_REDUCTIONS)}"
+            )
+        if hp.temperature <= 0:
+            raise ConfigError(f"fpl needs temperature > 0, got {hp.temperature}")
+
+    def round(self, state: ServerState, fed: Federation):
+        sent = Record().with_arrays("model", state.model)
+        if "clusters" in state.extra:
+            sent.with_arrays(
+                "global",
+                {k: state.extra[k] for k in ("clusters", "cluster_labels", "unbiased")},
+            )
+        replies = fed.call("train", fed.sample(), sent)
+        metrics = {
+            "train_loss": weighted_metric(replies, "loss"),
+            "prototype_loss": weighted_metric(replies, "prototype_loss"),
+        }
+        if not replies:
+            return state, metrics
+        state.model = weighted_mean(
+            [r.subset("model") for r in replies.values()],
+            [r.metrics["num-examples"] for r in replies.values()],
+        )
+        tables = [prototypes_from_arrays(r.arrays)[0] for r in replies.values()]
+        if any(tables):
+            clusters, labels, unbiased = aggregate_fpl(
+                tables, self.run.num_classes, self.hp.finch_level
+            )
+            state.extra.update(clusters=clusters, cluster_labels=labels, unbiased=unbiased)
+            metrics["clusters_per_class"] = len(clusters) / len(labels.unique())
+        return state, metrics
+
+    @client_task("train")
+    def train(self, ctx: ClientContext, record: Record) -> Record:
+        cfg, device = ctx.train_cfg, ctx.device
+        model = model_from_record(ctx, record)
+        model.train()
+        received = record.subset("global")
+        if received:
+            clusters = received["clusters"].to(device)
+            cluster_labels = received["cluster_labels"].to(device)
+            unbiased = received["unbiased"].to(device)
+        optimizer = make_optimizer(model.parameters(), cfg)
+        total = proto_total = 0.0
+        seen = 0
+        sums: dict[int, torch.Tensor] = {}
+        counts: dict[int, int] = {}
+        for epoch in range(cfg.local_epochs):
+            in_last_epoch = epoch == cfg.local_epochs - 1 and self.hp.prototype_pass == "train"
+            for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
+                if len(x) < 2:
+                    continue
+                f = model.features(x)
+                loss = F.cross_entropy(model.classifier(f), y)
+                if in_last_epoch:
+                    accumulate_class_sums(sums, counts, f.detach(), y)
+                if received:
+                    cpcl = cpcl_loss(f, y, clusters, cluster_labels, self.hp.temperature)
+                    upcr = upcr_loss(f, y, unbiased, self.hp.upcr_reduction)
+                    proto_loss = (cpcl + upcr).sum() / len(x)
+                    loss = loss + proto_loss
+                    proto_total += float(proto_loss.detach()) * len(x)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * len(x)
+                seen += len(x)
+        if self.hp.prototype_pass == "eval" or not counts:
+            protos, _ = class_prototypes(model, ctx.train, device)
+        else:
+            protos = {c: (sums[c] / counts[c]).to(torch.float32) for c in sorted(sums)}
+        reply = model_record(model)
+        reply.arrays.update(prototype_arrays(protos))
+        reply.metrics.update(
+            {
+                "loss": total / max(seen, 1),
+                "prototype_loss": proto_total / max(seen, 1),
+                "num-examples": len(ctx.train),
+                "samples": seen,
+            }
+        )
+        return reply

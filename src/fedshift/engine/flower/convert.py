@@ -1,0 +1,152 @@
+"""Records and client state <-> Flower ``RecordDict``, without pickle.
+
+A :class:`Record` becomes a ``RecordDict`` of an ``ArrayRecord`` (tensors as numpy
+arrays, serialized by Flower with ``np.save(allow_pickle=False)``), a ``ConfigRecord`` for
+``config``, a ``MetricRecord`` for numeric ``metrics`` and a ``ConfigRecord`` for the
+non-numeric ones (strings, bools), so every value comes back with its type.
+
+A client's ``ctx.state`` (nested dicts/lists/tuples of tensors and scalars) is stored in
+Flower's ``Context.state`` as an ``ArrayRecord`` of its tensors plus a JSON description
+of the tree in a ``ConfigRecord``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+from fedshift.core.record import Record
+from fedshift.engine.flower.messages import CONTROL
+
+ARRAYS = "arrays"
+CONFIG = "config"
+METRICS = "metrics"
+METRICS_OTHER = "metrics-other"
+STATE_ARRAYS = "fedshift.state.arrays"
+STATE_TREE = "fedshift.state.tree"
+
+
+class ConversionError(ValueError):
+    """A value that cannot cross the Flower boundary without pickle."""
+
+
+def tensor_to_array(key: str, tensor: torch.Tensor) -> Array:
+    """A CPU numpy copy of ``tensor`` as a Flower ``Array`` (dtype and shape kept)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ConversionError(f"{key!r} is {type(tensor).__name__}, not a tensor")
+    if tensor.dtype == torch.bfloat16:
+        raise ConversionError(f"{key!r} is bfloat16, which numpy cannot carry; cast it first")
+    return Array(tensor.detach().to("cpu").contiguous().numpy())
+
+
+def array_to_tensor(array: Array) -> torch.Tensor:
+    """A writable tensor owning a copy of the array's data."""
+    return torch.from_numpy(np.array(array.numpy(), copy=True))
+
+
+def arrays_to_record(tensors: Mapping[str, torch.Tensor]) -> ArrayRecord:
+    record = ArrayRecord()
+    for key, tensor in tensors.items():
+        record[key] = tensor_to_array(key, tensor)
+    return record
+
+
+def record_to_arrays(record: ArrayRecord) -> dict[str, torch.Tensor]:
+    return {key: array_to_tensor(array) for key, array in record.items()}
+
+
+def _is_metric(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def to_recorddict(record: Record, control: Mapping[str, Any] | None = None) -> RecordDict:
+    """``record`` (plus optional engine ``control`` values) as a ``RecordDict``."""
+    content = RecordDict()
+    content[ARRAYS] = arrays_to_record(record.arrays)
+    content[CONFIG] = ConfigRecord(dict(record.config))
+    content[METRICS] = MetricRecord({k: v for k, v in record.metrics.items() if _is_metric(v)})
+    content[METRICS_OTHER] = ConfigRecord(
+        {k: v for k, v in record.metrics.items() if not _is_metric(v)}
+    )
+    if control is not None:
+        content[CONTROL] = ConfigRecord(dict(control))
+    return content
+
+
+def from_recorddict(content: RecordDict) -> Record:
+    """The :class:`Record` inside ``content`` (metrics in their original key order)."""
+    metrics = dict(content[METRICS]) if METRICS in content else {}
+    metrics.update(dict(content[METRICS_OTHER]) if METRICS_OTHER in content else {})
+    return Record(
+        arrays=record_to_arrays(content[ARRAYS]) if ARRAYS in content else {},
+        config=dict(content[CONFIG]) if CONFIG in content else {},
+        metrics=metrics,
+    )
+
+
+def control_of(content: RecordDict) -> dict[str, Any]:
+    """The engine instructions of a message (empty when there are none)."""
+    return dict(content[CONTROL]) if CONTROL in content else {}
+
+
+# -- client state: a tree of tensors and scalars --------------------------------------------
+
+
+def _encode(value: Any, path: str, arrays: ArrayRecord) -> Any:
+    if isinstance(value, torch.Tensor):
+        arrays[path] = tensor_to_array(path, value)
+        return {"tensor": path}
+    if isinstance(value, dict):
+        items = []
+        for i, (key, item) in enumerate(value.items()):
+            if not isinstance(key, str | int) or isinstance(key, bool):
+                raise ConversionError(f"state key {key!r} at {path!r} is not a str or int")
+            items.append([key, _encode(item, f"{path}/{i}", arrays)])
+        return {"dict": items}
+    if isinstance(value, list | tuple):
+        kind = "list" if isinstance(value, list) else "tuple"
+        return {kind: [_encode(item, f"{path}/{i}", arrays) for i, item in enumerate(value)]}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    if value is None or isinstance(value, bool | int | float | str):
+        return {"value": value}
+    raise ConversionError(f"state value at {path!r} has unsupported type {type(value).__name__}")
+
+
+def _decode(node: dict[str, Any], arrays: ArrayRecord) -> Any:
+    ((kind, payload),) = node.items()
+    if kind == "tensor":
+        return array_to_tensor(arrays[payload])
+    if kind == "dict":
+        return {key: _decode(item, arrays) for key, item in payload}
+    if kind == "list":
+        return [_decode(item, arrays) for item in payload]
+    if kind == "tuple":
+        return tuple(_decode(item, arrays) for item in payload)
+    if kind == "float":
+        return float(payload)
+    if kind == "value":
+        return payload
+    raise ConversionError(f"unknown state node kind {kind!r}")
+
+
+def save_state(state: dict[str, Any], into: RecordDict) -> None:
+    """Store ``ctx.state`` in a Flower ``Context.state`` (replacing what was there)."""
+    arrays = ArrayRecord()
+    tree = _encode(state, "state", arrays)
+    into[STATE_ARRAYS] = arrays
+    into[STATE_TREE] = ConfigRecord({"tree": json.dumps(tree, allow_nan=False)})
+
+
+def load_state(source: RecordDict) -> dict[str, Any]:
+    """The ``ctx.state`` stored by :func:`save_state` (empty dict for a fresh context)."""
+    if STATE_TREE not in source:
+        return {}
+    tree = json.loads(source[STATE_TREE]["tree"])
+    return _decode(tree, source[STATE_ARRAYS])

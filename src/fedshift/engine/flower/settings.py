@@ -1,0 +1,135 @@
+"""Flower run config and node config -> fedshift's RunConfig, data and client identity.
+
+The Flower App's ``[tool.flwr.app.config]`` holds every :class:`RunConfig` key under its
+own name (``algorithm``, ``target``, ``local_epochs``, ...), ``algo.<name>`` keys for
+hyperparameters, ``set`` (space-separated ``key=value`` items, like the CLI's ``--set``)
+and the deployment options in :data:`DEPLOY_DEFAULTS`. ServerApp and ClientApp both read
+it, so they build the same federated task.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fedshift.config import RUN_KEYS, ConfigError, RunConfig, resolve
+from fedshift.data import load_dataset
+from fedshift.data.domains import DatasetError, Domain, DomainDataset
+
+#: deployment options in the run config, with their defaults
+DEPLOY_DEFAULTS: dict[str, Any] = {
+    "out-dir": "",  # run directory on the ServerApp's machine; "" -> runs/<name>
+    "resume": False,  # continue the run in out-dir from its checkpoint
+    "round-timeout": 600.0,  # seconds to wait for the replies of one call
+    "connect-timeout": 300.0,  # seconds to wait for every client's SuperNode at the start
+    "cache-dir": "",  # dataset cache; "" -> $FEDSHIFT_CACHE or ~/.cache/fedshift
+    "max-samples": 0,  # > 0: keep the first N samples of each split of each domain
+    "set": "",  # extra "key=value key=value" settings (e.g. algo.mu=0.01)
+}
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    """The deployment options of a Flower run (see :data:`DEPLOY_DEFAULTS`)."""
+
+    out_dir: str = ""
+    resume: bool = False
+    round_timeout: float = 600.0
+    connect_timeout: float = 300.0
+    cache_dir: str = ""
+    max_samples: int = 0
+
+
+def parse_run_config(user_config: Mapping[str, Any]) -> tuple[RunConfig, DeployOptions]:
+    """Resolve a Flower run config into a validated RunConfig and the deployment options."""
+    flags: dict[str, Any] = {}
+    sets: list[str] = []
+    for key, value in user_config.items():
+        if key in RUN_KEYS:
+            flags[key] = value
+        elif key.startswith("algo."):
+            sets.append(f"{key}={value}")
+        elif key not in DEPLOY_DEFAULTS:
+            raise ConfigError(
+                f"unknown run config key {key!r}; valid: {', '.join(RUN_KEYS)}, algo.<name>, "
+                f"{', '.join(DEPLOY_DEFAULTS)}"
+            )
+    sets.extend(str(user_config.get("set", "")).split())
+    cfg = resolve(None, flags, sets)
+    opts = {k: user_config.get(k, default) for k, default in DEPLOY_DEFAULTS.items()}
+    if float(opts["round-timeout"]) <= 0:
+        raise ConfigError(f"round-timeout must be > 0, got {opts['round-timeout']}")
+    return cfg, DeployOptions(
+        out_dir=str(opts["out-dir"]),
+        resume=bool(opts["resume"]),
+        round_timeout=float(opts["round-timeout"]),
+        connect_timeout=float(opts["connect-timeout"]),
+        cache_dir=str(opts["cache-dir"]),
+        max_samples=int(opts["max-samples"]),
+    )
+
+
+def first_samples(dataset: DomainDataset, n: int) -> DomainDataset:
+    """The first ``n`` samples of each split of each domain (a small but real task)."""
+
+    def cut(split):
+        return split.subset(torch.arange(min(n, len(split))))
+
+    domains = {
+        name: Domain(name=name, train=cut(d.train), val=cut(d.val), test=cut(d.test))
+        for name, d in dataset.domains.items()
+    }
+    return DomainDataset(
+        name=dataset.name,
+        domains=domains,
+        classes=dataset.classes,
+        channels=dataset.channels,
+        image_size=dataset.image_size,
+        meta=dict(dataset.meta),
+    )
+
+
+def load_run_dataset(cfg: RunConfig, opts: DeployOptions, cache_dir: str = "") -> DomainDataset:
+    """The run's dataset built locally (``cache_dir`` overrides the run's cache dir)."""
+    cache = cache_dir or opts.cache_dir or None
+    try:
+        dataset = load_dataset(cfg.dataset, cache_dir=cache, image_size=cfg.image_size or None)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+    return first_samples(dataset, opts.max_samples) if opts.max_samples > 0 else dataset
+
+
+def node_client_id(node_config: Mapping[str, Any], client_ids: list[int]) -> int:
+    """The client a SuperNode serves: ``client-id``, else the ``partition-id``-th client.
+
+    ``num-partitions``, when given, must equal the number of clients of the task, so a
+    deployment planned for another split fails loudly instead of training the wrong data.
+    """
+    if "client-id" in node_config:
+        cid = int(node_config["client-id"])
+        if cid not in client_ids:
+            raise ConfigError(f"node config client-id={cid} is not a client of this task")
+        return cid
+    if "partition-id" not in node_config:
+        raise ConfigError(
+            "the SuperNode needs --node-config 'partition-id=<i> num-partitions=<n>' "
+            "or 'client-id=<id>' to know which client it is"
+        )
+    index = int(node_config["partition-id"])
+    total = int(node_config.get("num-partitions", len(client_ids)))
+    if total != len(client_ids):
+        raise ConfigError(
+            f"node config num-partitions={total} but the task has {len(client_ids)} clients"
+        )
+    if not 0 <= index < len(client_ids):
+        raise ConfigError(f"partition-id={index} outside 0..{len(client_ids) - 1}")
+    return client_ids[index]
+
+
+def node_cache_dir(node_config: Mapping[str, Any]) -> str:
+    """The dataset cache a SuperNode uses: node config ``cache-dir``, else $FEDSHIFT_CACHE."""
+    return str(node_config.get("cache-dir", "")) or os.environ.get("FEDSHIFT_CACHE", "")

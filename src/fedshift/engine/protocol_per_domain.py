@@ -1,0 +1,80 @@
+"""The per-domain protocol (FPL): every domain trains and every domain's test split is scored.
+
+FPL (Huang et al., CVPR 2023) studies domain shift *among* the participants: all domains hold
+clients, and the headline number is the mean test accuracy over the domains. Its Digits setting
+gives each client a few percent of a domain's training data, which :func:`keep_train_fraction`
+reproduces (run key ``client_data_fraction``, usable with any protocol).
+
+The builders import from :mod:`fedshift.engine.task` inside the functions because ``task.py``
+imports this module to register the protocol.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from fedshift.config import ConfigError, RunConfig
+from fedshift.core.seeding import numpy_generator
+from fedshift.data.domains import DomainDataset
+
+if TYPE_CHECKING:
+    from fedshift.engine.task import ClientData, FederatedTask
+
+#: the ``target`` value of a protocol that tests every domain
+ALL_DOMAINS = "all"
+
+
+def per_domain_domains(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
+    """The domains that train and are tested: ``cfg.sources`` when given, else all."""
+    if cfg.target != ALL_DOMAINS:
+        raise ConfigError(
+            f"protocol 'per-domain' trains and tests every domain: leave --target out or pass "
+            f"--target {ALL_DOMAINS} (got {cfg.target!r}); restrict the domains with --sources"
+        )
+    names = dataset.domain_names
+    if not cfg.sources:
+        return list(names)
+    domains = [s.strip() for s in cfg.sources.split(",") if s.strip()]
+    unknown = [d for d in domains if d not in names]
+    if unknown:
+        raise ConfigError(
+            f"unknown domain {unknown[0]!r} for {dataset.name}; choose from: {', '.join(names)}"
+        )
+    if len(set(domains)) != len(domains):
+        raise ConfigError(f"domains repeat in sources: {cfg.sources}")
+    return domains
+
+
+def build_per_domain(cfg: RunConfig, dataset: DomainDataset) -> FederatedTask:
+    """All (or the ``--sources``) domains become labeled clients, ``clients_per_domain`` each;
+    every one of them is a target (their test splits) and a source (their validation splits
+    drive source-val model selection). ``target_accuracy`` is the mean over the domains."""
+    from fedshift.engine.task import FederatedTask, make_clients, partition_sources
+
+    domains = per_domain_domains(cfg, dataset)
+    clients = make_clients(dataset, partition_sources(cfg, dataset, domains))
+    return FederatedTask(clients=clients, sources=domains, targets=domains, dataset=dataset)
+
+
+def keep_train_fraction(clients: list[ClientData], fraction: float, seed: int) -> list[ClientData]:
+    """Each client keeps a seeded random ``fraction`` of its training share.
+
+    FPL's Digits setting trains every client on a few percent of a domain (its
+    ``percent_dict``); here the fraction applies to the client's share after partitioning, so
+    clients stay disjoint. A client keeps at least two samples (one BatchNorm batch). The
+    validation and test shares are untouched. Each client's draw depends only on
+    ``(seed, client_id)``.
+    """
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"client_data_fraction must be in (0, 1], got {fraction}")
+    if fraction == 1:
+        return clients
+    kept = []
+    for client in clients:
+        n = len(client.train)
+        keep = min(n, max(2, round(fraction * n)))
+        rng = numpy_generator(seed, "client-data-fraction", client.client_id)
+        idx = sorted(int(i) for i in rng.choice(n, size=keep, replace=False))
+        kept.append(dataclasses.replace(client, train=client.train.subset(idx)))
+    return kept

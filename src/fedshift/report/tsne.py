@@ -1,0 +1,174 @@
+"""t-SNE of client features with the global prototypes marked (BD-FedProto, seed 002 fig. 3).
+
+The task is rebuilt from the run's ``config.json`` (same seed, same partition) and the models
+come from its ``checkpoint.pt``: each client's own model for personal methods (FedProto,
+local), the global model otherwise. A seeded sample of every client's test share is embedded
+with ``features()``; points are coloured by class and marked by client. Global prototypes
+(the server's ``prototypes`` table, e.g. FedProto's) are drawn as large squares; a run
+without one gets the per-class means of the plotted features instead, labelled as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedshift.config import ConfigError, RunConfig
+from fedshift.core.context import to_input
+from fedshift.core.seeding import torch_generator
+from fedshift.core.state import ServerState, load_checkpoint
+
+CLIENT_MARKERS = ("o", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d")
+
+
+@dataclasses.dataclass
+class Embedding:
+    """Features of sampled points and the prototypes to mark, before t-SNE."""
+
+    features: np.ndarray  # (N, dim)
+    labels: np.ndarray  # (N,)
+    clients: np.ndarray  # (N,) index into ``client_names``
+    client_names: list[str]
+    prototypes: np.ndarray  # (P, dim)
+    prototype_labels: np.ndarray  # (P,)
+    prototypes_are_global: bool
+    title: str
+
+
+def load_run(run_dir: str | Path, cache_dir: str | None = None):
+    """The experiment of a run directory with its checkpointed server and client states."""
+    from fedshift.engine.runner import prepare
+
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no config.json)")
+    saved = json.loads(config_path.read_text())
+    names = {f.name for f in dataclasses.fields(RunConfig)}
+    cfg = RunConfig(**{k: v for k, v in saved.items() if k in names})
+    exp = prepare(cfg, cache_dir=cache_dir)
+    ckpt = load_checkpoint(run_dir / "checkpoint.pt")
+    for cid, ctx in exp.contexts.items():
+        ctx.state = dict(ckpt["clients"].get(str(cid), {}))
+    return exp, ServerState.from_dict(ckpt["server"]), int(ckpt["round"])
+
+
+@torch.no_grad()
+def collect(exp, state: ServerState, per_client: int = 100, seed: int = 0) -> Embedding:
+    """Features of up to ``per_client`` test samples of every client, and the prototypes."""
+    from fedshift.engine.runner import personal_model
+
+    algo = exp.algorithm
+    shared = None if algo.personal else algo.global_model(state)
+    feats, labels, owners, names = [], [], [], []
+    for index, client in enumerate(exp.task.clients):
+        ctx = exp.contexts[client.client_id]
+        model = personal_model(algo, ctx) if algo.personal else shared
+        if model is None:
+            continue
+        split = client.test if len(client.test) else client.train
+        gen = torch_generator(seed, "tsne", client.client_id)
+        idx = torch.randperm(len(split), generator=gen)[:per_client]
+        model.to(exp.device).eval()
+        f = model.features(to_input(split.x[idx], exp.device)).to("cpu", torch.float32)
+        feats.append(f)
+        labels.append(split.y[idx])
+        owners.append(torch.full((len(idx),), index))
+        names.append(client.name)
+    if not feats:
+        raise ConfigError("the checkpoint holds no model to embed features with")
+    features = torch.cat(feats)
+    label_arr = torch.cat(labels)
+    table = state.extra.get("prototypes") or {}
+    if table:
+        classes = sorted(int(c) for c in table)
+        protos = torch.stack([table[str(c)].float() for c in classes])
+        from_server = True
+    else:
+        classes = sorted(torch.unique(label_arr).tolist())
+        protos = torch.stack([features[label_arr == c].mean(0) for c in classes])
+        from_server = False
+    cfg = exp.cfg
+    return Embedding(
+        features=features.numpy(),
+        labels=label_arr.numpy(),
+        clients=torch.cat(owners).numpy(),
+        client_names=names,
+        prototypes=protos.numpy(),
+        prototype_labels=np.asarray(classes),
+        prototypes_are_global=from_server,
+        title=f"{cfg.algorithm} on {cfg.dataset} ({cfg.protocol})",
+    )
+
+
+def embed_2d(embedding: Embedding, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """t-SNE coordinates of the points and of the prototypes (embedded together)."""
+    from sklearn.manifold import TSNE
+
+    stacked = np.concatenate([embedding.features, embedding.prototypes]).astype(np.float64)
+    perplexity = float(min(30.0, max(2.0, (len(stacked) - 1) / 3)))
+    coords = TSNE(
+        n_components=2, perplexity=perplexity, init="pca", random_state=seed
+    ).fit_transform(stacked)
+    n = len(embedding.features)
+    return coords[:n], coords[n:]
+
+
+def plot_tsne(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    per_client: int = 100,
+    seed: int = 0,
+    cache_dir: str | None = None,
+) -> Path:
+    """Write the t-SNE figure of a run (default ``RUN_DIR/tsne.png``); returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    exp, state, round_ = load_run(run_dir, cache_dir)
+    embedding = collect(exp, state, per_client=per_client, seed=seed)
+    points, protos = embed_2d(embedding, seed)
+    colours = plt.get_cmap("tab10" if exp.dataset.num_classes <= 10 else "tab20")
+    fig, ax = plt.subplots(figsize=(8, 7))
+    for index, name in enumerate(embedding.client_names):
+        rows = embedding.clients == index
+        ax.scatter(
+            points[rows, 0],
+            points[rows, 1],
+            c=[colours(int(c) % colours.N) for c in embedding.labels[rows]],
+            marker=CLIENT_MARKERS[index % len(CLIENT_MARKERS)],
+            s=14,
+            alpha=0.6,
+            linewidths=0,
+            label=name if len(embedding.client_names) <= 12 else None,
+        )
+    proto_name = "global prototype" if embedding.prototypes_are_global else "class mean"
+    ax.scatter(
+        protos[:, 0],
+        protos[:, 1],
+        c=[colours(int(c) % colours.N) for c in embedding.prototype_labels],
+        marker="s",
+        s=160,
+        edgecolors="black",
+        linewidths=1.5,
+    )
+    ax.scatter([], [], marker="s", s=160, c="white", edgecolors="black", label=proto_name)
+    for (x, y), c in zip(protos, embedding.prototype_labels, strict=True):
+        ax.annotate(exp.dataset.classes[int(c)], (x, y), ha="center", va="center", fontsize=7)
+    ax.set_title(f"{embedding.title}, round {round_}: colour = class, marker = client")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.legend(loc="best", fontsize=7, markerscale=1.0, framealpha=0.8)
+    fig.tight_layout()
+    path = Path(out) if out else Path(run_dir) / "tsne.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
