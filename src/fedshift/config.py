@@ -209,9 +209,7 @@ def validate(cfg: RunConfig) -> None:
     if not 0 < cfg.fraction <= 1:
         raise ConfigError(f"fraction must be in (0, 1], got {cfg.fraction}")
     if not 0 < cfg.client_data_fraction <= 1:
-        raise ConfigError(
-            f"client_data_fraction must be in (0, 1], got {cfg.client_data_fraction}"
-        )
+        raise ConfigError(f"client_data_fraction must be in (0, 1], got {cfg.client_data_fraction}")
     if cfg.lr <= 0:
         raise ConfigError(f"lr must be > 0, got {cfg.lr}")
     if cfg.ways < 1 or cfg.shots < 1 or cfg.stdev < 0:
