@@ -95,12 +95,20 @@ def plot_curves(run_dirs: list[str], path: str | Path, metric: str = "target_acc
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for run_dir in run_dirs:
+    colours = plt.cm.tab20.colors
+    styles = ("-", "--", ":", "-.")
+    for i, run_dir in enumerate(run_dirs):
         lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
         points = [(e["round"], e[metric]) for e in map(json.loads, lines) if metric in e]
         if points:
             xs, ys = zip(*points, strict=True)
-            ax.plot(xs, [100 * y for y in ys], label=Path(run_dir).name)
+            ax.plot(
+                xs,
+                [100 * y for y in ys],
+                label=Path(run_dir).name,
+                color=colours[i % len(colours)],
+                linestyle=styles[(i // len(colours)) % len(styles)],
+            )
     ax.set_xlabel("round")
     ax.set_ylabel(f"{metric} (%)")
     ax.grid(alpha=0.3)
