@@ -77,6 +77,19 @@ def _field_type(cls: type, name: str) -> type:
     return hint
 
 
+def listed_domains(text: str, names: list[str], dataset: str, noun: str = "domain") -> list[str]:
+    """Parse a comma-separated domain list (``--sources``) against the dataset's domains."""
+    domains = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [d for d in domains if d not in names]
+    if unknown:
+        raise ConfigError(
+            f"unknown {noun} {unknown[0]!r} for {dataset}; choose from: {', '.join(names)}"
+        )
+    if len(set(domains)) != len(domains):
+        raise ConfigError(f"domains repeat in sources: {text}")
+    return domains
+
+
 def coerce(value: Any, kind: type, key: str) -> Any:
     """Convert a TOML or command-line value to the field's type, or raise ConfigError."""
     try:

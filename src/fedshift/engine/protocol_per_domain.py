@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from fedshift.config import ConfigError, RunConfig
+from fedshift.config import ConfigError, RunConfig, listed_domains
 from fedshift.core.seeding import numpy_generator
 from fedshift.data.domains import DomainDataset
 
@@ -32,18 +32,9 @@ def per_domain_domains(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
             f"protocol 'per-domain' trains and tests every domain: leave --target out or pass "
             f"--target {ALL_DOMAINS} (got {cfg.target!r}); restrict the domains with --sources"
         )
-    names = dataset.domain_names
     if not cfg.sources:
-        return list(names)
-    domains = [s.strip() for s in cfg.sources.split(",") if s.strip()]
-    unknown = [d for d in domains if d not in names]
-    if unknown:
-        raise ConfigError(
-            f"unknown domain {unknown[0]!r} for {dataset.name}; choose from: {', '.join(names)}"
-        )
-    if len(set(domains)) != len(domains):
-        raise ConfigError(f"domains repeat in sources: {cfg.sources}")
-    return domains
+        return list(dataset.domain_names)
+    return listed_domains(cfg.sources, dataset.domain_names, dataset.name)
 
 
 def build_per_domain(cfg: RunConfig, dataset: DomainDataset) -> FederatedTask:

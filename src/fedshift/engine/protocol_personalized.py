@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from fedshift.config import ConfigError, RunConfig
+from fedshift.config import ConfigError, RunConfig, listed_domains
 from fedshift.data.domains import DomainDataset, Split
 from fedshift.eval.metrics import Predict, accuracy
 
@@ -41,18 +41,9 @@ def personalized_domains(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
             f"out or pass --target {CLIENTS} (got {cfg.target!r}); restrict the domains with "
             "--sources or a dataset such as digits-dg:mnist"
         )
-    names = dataset.domain_names
     if not cfg.sources:
-        return list(names)
-    domains = [s.strip() for s in cfg.sources.split(",") if s.strip()]
-    unknown = [d for d in domains if d not in names]
-    if unknown:
-        raise ConfigError(
-            f"unknown domain {unknown[0]!r} for {dataset.name}; choose from: {', '.join(names)}"
-        )
-    if len(set(domains)) != len(domains):
-        raise ConfigError(f"domains repeat in sources: {cfg.sources}")
-    return domains
+        return list(dataset.domain_names)
+    return listed_domains(cfg.sources, dataset.domain_names, dataset.name)
 
 
 def keep_labels(split: Split, labels: torch.Tensor) -> Split:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedshift.config import ConfigError, RunConfig
+from fedshift.config import ConfigError, RunConfig, listed_domains
 from fedshift.data.domains import DatasetError, DomainDataset, Split
 from fedshift.data.partition import partition_domains
 from fedshift.engine.protocol_msst import build_msst
@@ -103,20 +103,12 @@ def check_target(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
             f"choose one of: {', '.join(names)}"
         )
     if cfg.sources:
-        sources = [s.strip() for s in cfg.sources.split(",") if s.strip()]
-        unknown = [s for s in sources if s not in names]
-        if unknown:
-            raise ConfigError(
-                f"unknown source domain {unknown[0]!r} for {dataset.name}; "
-                f"choose from: {', '.join(names)}"
-            )
+        sources = listed_domains(cfg.sources, names, dataset.name, "source domain")
         if cfg.target in sources:
             raise ConfigError(
                 f"target domain {cfg.target!r} is also a source; leave-one-domain-out keeps the "
                 "target out of training"
             )
-        if len(set(sources)) != len(sources):
-            raise ConfigError(f"source domains repeat: {cfg.sources}")
     else:
         sources = [d for d in names if d != cfg.target]
     if not sources:
