@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.record import Record
+from fedshift.core.reduce import weighted_mean
 
 Penalty = Callable[[torch.nn.Module], torch.Tensor]
 
@@ -83,6 +84,14 @@ def proximal_penalty(anchor: dict[str, torch.Tensor], mu: float) -> Penalty:
         return 0.5 * mu * torch.stack(terms).sum()
 
     return penalty
+
+
+def average_replies(replies: dict[int, Record], prefix: str = "model") -> dict[str, torch.Tensor]:
+    """FedAvg's rule: the ``num-examples``-weighted mean of the tensors sent under ``prefix``."""
+    return weighted_mean(
+        [r.subset(prefix) for r in replies.values()],
+        [r.metrics["num-examples"] for r in replies.values()],
+    )
 
 
 def weighted_metric(replies: dict[int, Record], key: str) -> float:

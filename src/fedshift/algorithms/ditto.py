@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
+    average_replies,
     make_optimizer,
     model_from_record,
     model_record,
@@ -20,7 +21,6 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import weighted_mean
 from fedshift.core.state import ServerState
 
 
@@ -59,10 +59,7 @@ class Ditto(Algorithm):
         ids = fed.sample()
         replies = fed.call("train", ids, Record().with_arrays("model", state.model))
         if replies:
-            state.model = weighted_mean(
-                [r.subset("model") for r in replies.values()],
-                [r.metrics["num-examples"] for r in replies.values()],
-            )
+            state.model = average_replies(replies)
         return state, {
             "train_loss": weighted_metric(replies, "loss"),
             "personal_loss": weighted_metric(replies, "personal_loss"),

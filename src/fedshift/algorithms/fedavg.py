@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fedshift.algorithms._common import (
+    average_replies,
     model_from_record,
     model_record,
     train_supervised,
@@ -12,7 +13,6 @@ from fedshift.core.algorithm import Algorithm, NoHparams, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import weighted_mean
 from fedshift.core.state import ServerState
 from fedshift.eval.segmentation import train_segmentation
 
@@ -37,10 +37,7 @@ class FedAvg(Algorithm):
         ids = fed.sample()
         replies = fed.call("train", ids, Record().with_arrays("model", state.model))
         if replies:
-            state.model = weighted_mean(
-                [r.subset("model") for r in replies.values()],
-                [r.metrics["num-examples"] for r in replies.values()],
-            )
+            state.model = average_replies(replies)
         return state, {"train_loss": weighted_metric(replies, "loss")}
 
     def local_penalty(self, ctx: ClientContext, record: Record):

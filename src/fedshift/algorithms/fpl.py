@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
+    average_replies,
     make_optimizer,
     model_from_record,
     model_record,
@@ -27,7 +28,6 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import weighted_mean
 from fedshift.core.state import ServerState
 
 UPCR_REDUCTIONS = ("sum", "mean")
@@ -207,10 +207,7 @@ class FPL(Algorithm):
         }
         if not replies:
             return state, metrics
-        state.model = weighted_mean(
-            [r.subset("model") for r in replies.values()],
-            [r.metrics["num-examples"] for r in replies.values()],
-        )
+        state.model = average_replies(replies)
         tables = [prototypes_from_arrays(r.arrays)[0] for r in replies.values()]
         if any(tables):
             clusters, labels, unbiased = aggregate_fpl(

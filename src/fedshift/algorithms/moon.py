@@ -9,13 +9,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import make_optimizer, state_dict_cpu, weighted_metric
+from fedshift.algorithms._common import (
+    average_replies,
+    make_optimizer,
+    state_dict_cpu,
+    weighted_metric,
+)
 from fedshift.config import ConfigError
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed
 from fedshift.core.state import ServerState
 from fedshift.models.base import FedModel
@@ -130,10 +134,7 @@ class Moon(Algorithm):
     def round(self, state: ServerState, fed: Federation):
         replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
         if replies:
-            state.model = weighted_mean(
-                [r.subset("model") for r in replies.values()],
-                [r.metrics["num-examples"] for r in replies.values()],
-            )
+            state.model = average_replies(replies)
         return state, {
             "train_loss": weighted_metric(replies, "loss"),
             "contrastive_loss": weighted_metric(replies, "contrastive"),
