@@ -34,7 +34,7 @@ from fedshift.core.algorithm import Algorithm, NoHparams, client_task  # noqa: E
 from fedshift.core.federation import RoundFailed  # noqa: E402
 from fedshift.core.record import Kind, Record  # noqa: E402
 from fedshift.core.reduce import weighted_mean  # noqa: E402
-from fedshift.core.state import load_checkpoint  # noqa: E402
+from fedshift.core.state import CheckpointError, load_checkpoint  # noqa: E402
 from fedshift.engine.flower import clientapp  # noqa: E402
 from fedshift.engine.flower.convert import (  # noqa: E402
     ConversionError,
@@ -45,6 +45,7 @@ from fedshift.engine.flower.convert import (  # noqa: E402
     to_recorddict,
 )
 from fedshift.engine.flower.messages import CONTROL  # noqa: E402
+from fedshift.engine.flower.node_state import NodeSnapshots  # noqa: E402
 from fedshift.engine.flower.serverapp import run_on_grid  # noqa: E402
 from fedshift.engine.flower.settings import (  # noqa: E402
     DEPLOY_DEFAULTS,
@@ -130,7 +131,7 @@ def test_conversion_refuses_what_needs_pickle():
 # -- configuration ---------------------------------------------------------------------------
 
 
-def test_run_config_parsing_and_node_identity():
+def test_run_config_parsing_and_node_identity(tmp_path):
     cfg, opts = parse_run_config(
         {
             "algorithm": "fedprox",
@@ -148,8 +149,9 @@ def test_run_config_parsing_and_node_identity():
         parse_run_config({"num-server-rounds": 3})
     with pytest.raises(ConfigError, match="round-timeout"):
         parse_run_config({"round-timeout": 0})
-    with pytest.raises(ConfigError, match="each client's own model"):
-        run_on_grid(None, {"algorithm": "local"})  # refused before any message is sent
+    (tmp_path / "config.json").write_text("{}")  # a run that was not started on Flower
+    with pytest.raises(CheckpointError, match="Flower token"):
+        run_on_grid(None, {"resume": True, "out-dir": str(tmp_path)})  # before any message
 
     ids = [0, 1, 2]
     assert node_client_id({"partition-id": 2, "num-partitions": 3}, ids) == 2
@@ -186,15 +188,16 @@ class LocalGrid:
     Each node has its own Flower ``Context`` (its ``state`` persists between messages, as
     on a SuperNode). ``silent`` nodes say who they are but never answer a task (a timeout);
     ``corrupt`` nodes answer with NaN arrays; ``crash_in_round`` makes the grid raise (a
-    dying ServerApp).
+    dying ServerApp). Client-state snapshots go to ``node-state`` next to the run directory.
     """
 
     def __init__(self, run_config, nodes=3, *, silent=(), corrupt=(), crash_in_round=None):
+        state_dir = str(Path(run_config["out-dir"]).parent / "node-state")  # the nodes' disks
         self.contexts = {
             100 + i: Context(
                 run_id=1,
                 node_id=100 + i,
-                node_config={"partition-id": i, "num-partitions": nodes},
+                node_config={"partition-id": i, "num-partitions": nodes, "state-dir": state_dir},
                 state=RecordDict(),
                 run_config=dict(run_config),
             )
@@ -298,6 +301,64 @@ def test_resume_after_serverapp_crash(tmp_path, digits_cache, task_identity):
         assert summary[key] == uninterrupted[key], key
     assert [h["round"] for h in history(tmp_path / "crashed")] == [1, 2, 3]
     assert_same_models(tmp_path / "crashed", tmp_path / "sim")
+
+
+def test_resumed_run_restores_client_state_from_node_snapshots(
+    tmp_path, digits_cache, task_identity
+):
+    """MOON keeps each client's previous local model in ctx.state: after a ServerApp crash
+    the new Flower contexts are empty and the nodes' snapshots must bring it back."""
+    rc = run_config(tmp_path, "moon", digits_cache, algorithm="moon")
+    with pytest.raises(ConnectionError):
+        run_on_grid(LocalGrid(rc, crash_in_round=3), rc)
+    saved = tmp_path / "moon-saved"
+    shutil.copytree(tmp_path / "moon", saved)
+    summary, _ = run_on_grid(LocalGrid(rc), {**rc, "resume": True})
+    uninterrupted = simulate(rc, tmp_path / "sim")
+    for key in ACCURACY_KEYS:
+        assert summary[key] == uninterrupted[key], key
+    assert_same_models(tmp_path / "moon", tmp_path / "sim")
+    # without the snapshots the resumed round starts from empty client states and differs
+    shutil.rmtree(tmp_path / "node-state")
+    shutil.rmtree(tmp_path / "moon")
+    saved.rename(tmp_path / "moon")
+    forgetful, _ = run_on_grid(LocalGrid(rc), {**rc, "resume": True})
+    assert (
+        history(tmp_path / "moon")[-1]["train_loss"] != history(tmp_path / "sim")[-1]["train_loss"]
+    )
+    assert forgetful["bytes_up"] == uninterrupted["bytes_up"]
+
+
+def test_node_snapshots_keep_the_newest_rounds(tmp_path):
+    snaps = NodeSnapshots(tmp_path, "0123abcd", 4)
+    assert snaps.latest_before(5) == {}
+    for round_ in (1, 2, 4):
+        snaps.save(round_, {"round": round_, "w": torch.full((2,), float(round_))})
+    assert snaps.rounds() == [2, 4]
+    assert snaps.latest_before(4)["round"] == 2  # round 4 was in progress: ignored
+    assert torch.equal(snaps.latest_before(9)["w"], torch.full((2,), 4.0))
+    with pytest.raises(ValueError, match="run token"):
+        NodeSnapshots(tmp_path, "../escape", 0)
+
+
+@pytest.mark.parametrize("algorithm", ["fedproto", "ditto"])
+def test_personal_models_are_scored_on_their_nodes(
+    tmp_path, digits_cache, task_identity, algorithm
+):
+    """FedProto (prototypes on the wire, personal models) and Ditto (global model plus kept
+    personal models): the nodes score the personal models, equal to the simulation."""
+    rc = run_config(tmp_path, algorithm, digits_cache, algorithm=algorithm, rounds=2)
+    summary, out = run_on_grid(LocalGrid(rc), rc)
+    expected = simulate(rc, tmp_path / "sim")
+    keys = ("personalized_accuracy", "personalized_accuracy_std", *ACCURACY_KEYS)
+    for key in (*keys, "per_domain_accuracy", "bytes_up", "bytes_down"):
+        assert summary[key] == expected[key], key
+    assert [h["train_loss"] for h in history(out)] == [
+        h["train_loss"] for h in history(tmp_path / "sim")
+    ]
+    if algorithm == "fedproto":
+        # 3 clients x 2 rounds x <= 10 prototypes of 256 floats (+ counts); one model: 2.6 MB
+        assert summary["bytes_up"] <= 3 * 2 * 10 * (256 * 4 + 8)
 
 
 def test_silent_and_corrupt_clients_fail_under_policy(tmp_path, digits_cache, task_identity):
@@ -520,6 +581,19 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
+    def stop_run(self, name: str) -> None:
+        """``flwr stop`` the run that ``submit(name, ...)`` started (its id is in the log)."""
+        log = (self.root / "logs" / f"run-{name}.log").read_text()
+        run_id = log.split("Successfully started run ", 1)[1].split()[0]
+        env = {**self.env, "FLWR_HOME": str(self.root / "home-cli")}
+        subprocess.run(
+            [flower_bin("flwr"), "stop", run_id, "local-deployment"],
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+
     def stop_all(self) -> None:
         for proc in reversed(self.procs):
             stop(proc)
@@ -584,16 +658,96 @@ def test_e2e_fedavg_on_flower_equals_simulation(cluster, tmp_path):
     print(f"\nseconds per round: flower {flower_s}, simulation {sim_s}")
 
 
+def wait_rounds(out: Path, rounds: int, run: subprocess.Popen, cluster: Cluster) -> None:
+    """Wait until ``rounds`` rounds are in ``out/metrics.jsonl`` (at most 300 s)."""
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not metrics.is_file() or len(metrics.read_text().splitlines()) < rounds:
+        assert run.poll() is None, f"run ended before round {rounds}; see {cluster.root / 'logs'}"
+        assert time.monotonic() < deadline, f"round {rounds} did not finish in 300 s"
+        time.sleep(0.2)
+
+
+def serverapp_pids(superlink: int) -> list[int]:
+    """PIDs of the ``flwr-serverapp`` processes below the SuperLink process (its SuperExec
+    runs in a session of its own, so the process tree is followed, not the session)."""
+    parent: dict[int, int] = {}
+    program: dict[int, list[str]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        pid = int(proc.name)
+        parent[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+        program[pid] = [Path(a.decode(errors="replace")).name for a in argv[:2]]
+
+    def below_superlink(pid: int) -> bool:
+        while pid > 1:
+            pid = parent.get(pid, 0)
+            if pid == superlink:
+                return True
+        return False
+
+    return [p for p, names in program.items() if "flwr-serverapp" in names and below_superlink(p)]
+
+
+@pytest.mark.flower
+def test_e2e_fedproto_prototypes_and_personal_models(cluster, tmp_path):
+    """Only prototypes cross the wire; the personal models are scored on the SuperNodes."""
+    settings = e2e_settings(cluster.root / "out-fedproto", algorithm="fedproto", rounds=2)
+    wait_run(cluster.submit("fedproto", settings), timeout=480)
+    out = Path(settings["out-dir"])
+    assert (out / "summary.json").is_file(), f"run failed; see {cluster.root / 'logs'}"
+    summary = json.loads((out / "summary.json").read_text())
+    expected = simulate({**settings, "cache-dir": cluster.env["FEDSHIFT_CACHE"]}, tmp_path / "sim")
+    assert summary["failed_clients"] == 0
+    for key in (*ACCURACY_KEYS, "personalized_accuracy", "personalized_accuracy_std"):
+        assert summary[key] == pytest.approx(expected[key], abs=1e-6), key
+    assert summary["bytes_up"] == expected["bytes_up"] <= 3 * 2 * 10 * (256 * 4 + 8)
+
+
+@pytest.mark.flower
+def test_e2e_killed_serverapp_resumes_with_client_states(cluster, tmp_path):
+    """SIGKILL the ServerApp process in round 2 of a MOON run (client state: each client's
+    previous model), start it again with resume=true: the result equals an uninterrupted
+    simulation, so server checkpoint and the nodes' client snapshots were both restored."""
+    settings = e2e_settings(cluster.root / "out-resume", algorithm="moon")
+    out = Path(settings["out-dir"])
+    run = cluster.submit("resume-1", settings)
+    wait_rounds(out, 1, run, cluster)
+    victims = serverapp_pids(cluster.procs[0].pid)
+    assert victims, f"no ServerApp process found; see {cluster.root / 'logs'}"
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    stop(run)  # the streaming `flwr run` of the dead run
+    assert len(history(out)) == 1
+    cluster.stop_run("resume-1")  # as the README says: stop the dead run, then resume
+    # the nodes may still be busy with the dead run's last message: wait for them
+    resumed = {**settings, "resume": True, "connect-timeout": 240.0}
+    wait_run(cluster.submit("resume-2", resumed), timeout=480)
+    assert (out / "summary.json").is_file(), f"resumed run failed; see {cluster.root / 'logs'}"
+    summary = json.loads((out / "summary.json").read_text())
+    expected = simulate({**settings, "cache-dir": cluster.env["FEDSHIFT_CACHE"]}, tmp_path / "sim")
+    assert [h["round"] for h in history(out)] == [1, 2, 3]
+    assert summary["failed_clients"] == 0
+    for key in ACCURACY_KEYS:
+        assert summary[key] == pytest.approx(expected[key], abs=1e-6), key
+    for got, want in zip(history(out), history(tmp_path / "sim"), strict=True):
+        assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-6)
+    assert_same_models(out, tmp_path / "sim")
+    print(f"\nseconds per round, killed and resumed: {[h['seconds'] for h in history(out)]}")
+
+
 @pytest.mark.flower
 def test_e2e_supernode_killed_in_round_two_is_a_failed_client(cluster):
     settings = e2e_settings(cluster.root / "out-kill")
     out = Path(settings["out-dir"])
     run = cluster.submit("kill", settings)
-    deadline = time.monotonic() + 300
-    while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").read_text():
-        assert run.poll() is None, f"run ended before round 2; see {cluster.root / 'logs'}"
-        assert time.monotonic() < deadline, "round 1 did not finish in 300 s"
-        time.sleep(0.2)
+    wait_rounds(out, 1, run, cluster)
     victim = cluster.nodes[2]
     os.killpg(victim.pid, signal.SIGKILL)  # the node and its ClientApp, mid-round 2
     victim.wait(timeout=15)

@@ -109,6 +109,11 @@ class Algorithm:
         """A client's personal model from its state (personal methods only)."""
         return None
 
+    @classmethod
+    def keeps_client_models(cls) -> bool:
+        """Whether clients keep personal models (the class implements ``client_model``)."""
+        return cls.client_model is not Algorithm.client_model
+
     def predict(self, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         """Class scores for normalized inputs ``x``; default: the model's logits."""
         return model(x)

@@ -36,6 +36,10 @@ class ServerState:
         return cls(model=dict(data["model"]), extra=dict(data["extra"]))
 
 
+#: format tag of every file :func:`load_checkpoint` accepts
+CHECKPOINT_FORMAT = "fedshift-checkpoint-v1"
+
+
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save`` to a temp file in the same folder, fsync, then rename over ``path``."""
     path = Path(path)
@@ -67,6 +71,6 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
             f"checkpoint {path} is corrupt or not a fedshift checkpoint ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:120]}); delete it to start over"
         ) from exc
-    if not isinstance(data, dict) or data.get("format") != "fedshift-checkpoint-v1":
+    if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a fedshift checkpoint (missing format tag)")
     return data

@@ -27,7 +27,13 @@ from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.context import ClientData as ClientView
 from fedshift.core.record import Kind
 from fedshift.core.seeding import derive_seed
-from fedshift.core.state import CheckpointError, ServerState, atomic_save, load_checkpoint
+from fedshift.core.state import (
+    CHECKPOINT_FORMAT,
+    CheckpointError,
+    ServerState,
+    atomic_save,
+    load_checkpoint,
+)
 from fedshift.data import load_dataset
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.engine.protocol_personalized import global_model_on_clients
@@ -37,8 +43,6 @@ from fedshift.eval.metrics import accuracy, select_round
 from fedshift.eval.segmentation import check_masks, dice
 from fedshift.models import build_model
 from fedshift.models.registry import parse_variants, variant_of_client
-
-CHECKPOINT_FORMAT = "fedshift-checkpoint-v1"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -225,7 +229,50 @@ def prepare(
     return Experiment(cfg, dataset, task, algorithm, contexts, device, info, server_data)
 
 
-def evaluate(exp: Experiment, state: ServerState) -> dict[str, Any]:
+#: per-client scores of a personal model: own val/test shares, every domain's test split
+ClientScores = dict[str, float]
+#: ``(with_domains) -> {client id: scores}`` of the clients whose personal model answered
+ScoreClients = Callable[[bool], dict[int, ClientScores]]
+
+DOMAIN_SCORE = "domain."
+
+
+def client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> ClientScores | None:
+    """Scores of ``ctx``'s personal model (None if it keeps none): ``val`` and ``test`` on
+    its own shares and, ``with_domains``, ``domain.<name>`` on every domain's test split.
+
+    Runs where the client state lives: in-process for the simulation engine, on the
+    SuperNode for Flower (the engine's evaluate task), so personal models never travel.
+    """
+    algo, device = exp.algorithm, exp.device
+    model = personal_model(algo, ctx)
+    if model is None:
+        return None
+    score = dice if exp.cfg.task == "segmentation" else accuracy
+    client = next(c for c in exp.task.clients if c.client_id == ctx.client_id)
+    out = {
+        "val": score(model, client.val, device, algo.predict),
+        "test": score(model, client.test, device, algo.predict),
+    }
+    if with_domains:
+        for d in exp.dataset.domain_names:
+            out[DOMAIN_SCORE + d] = score(model, exp.dataset.domain(d).test, device, algo.predict)
+    return out
+
+
+def local_client_scores(exp: Experiment) -> ScoreClients:
+    """:data:`ScoreClients` computed in this process from the contexts' states."""
+
+    def run(with_domains: bool) -> dict[int, ClientScores]:
+        found = {cid: client_scores(exp, ctx, with_domains) for cid, ctx in exp.contexts.items()}
+        return {cid: s for cid, s in found.items() if s is not None}
+
+    return run
+
+
+def evaluate(
+    exp: Experiment, state: ServerState, score_clients: ScoreClients | None = None
+) -> dict[str, Any]:
     """Target and per-domain test accuracy, and source-validation accuracy.
 
     Global methods are evaluated with their global model; personal methods (``local``)
@@ -235,34 +282,20 @@ def evaluate(exp: Experiment, state: ServerState) -> dict[str, Any]:
     is the mean personalized accuracy. Global methods that also keep personal models (Ditto,
     PerAda) report those as ``personalized_accuracy``. With ``task = "segmentation"`` every
     "accuracy" is the mean per-image Dice, repeated as ``target_dice`` / ``per_domain_dice``.
+    ``score_clients`` scores personal models where they live (default: in this process).
     """
     algo, device = exp.algorithm, exp.device
     domain_names = exp.dataset.domain_names
     score = dice if exp.cfg.task == "segmentation" else accuracy  # Dice: segmentation
+    score_clients = score_clients or local_client_scores(exp)
     if algo.personal:
-        models = {cid: personal_model(algo, ctx) for cid, ctx in exp.contexts.items()}
-        models = {cid: m for cid, m in models.items() if m is not None}
-        if not models:
+        scores = [s for _, s in sorted(score_clients(True).items())]
+        if not scores:
             return {}
-        per_domain = {
-            d: _mean(
-                [
-                    score(m, exp.dataset.domain(d).test, device, algo.predict)
-                    for m in models.values()
-                ]
-            )
-            for d in domain_names
-        }
-        own_val = [
-            score(m, exp.task.clients[i].val, device, algo.predict)
-            for i, m in _by_index(exp, models)
-        ]
-        own_test = [
-            score(m, exp.task.clients[i].test, device, algo.predict)
-            for i, m in _by_index(exp, models)
-        ]
+        per_domain = {d: _mean([s[DOMAIN_SCORE + d] for s in scores]) for d in domain_names}
+        own_test = [s["test"] for s in scores]
         out = {
-            "source_val_accuracy": _mean(own_val),
+            "source_val_accuracy": _mean([s["val"] for s in scores]),
             "personalized_accuracy": _mean(own_test),
             "personalized_accuracy_std": _std(own_test),
         }
@@ -284,8 +317,8 @@ def evaluate(exp: Experiment, state: ServerState) -> dict[str, Any]:
     out["per_domain_accuracy"] = per_domain
     if exp.task.per_client and not algo.personal:
         out.update(global_model_on_clients(exp.task.clients, model, device, algo.predict))
-    if not algo.personal:
-        out.update(kept_personal_accuracy(exp, score))
+    if not algo.personal and algo.keeps_client_models():
+        out.update(kept_personal_accuracy(score_clients))
     if exp.task.per_client:
         out["target_accuracy"] = out["personalized_accuracy"]
     if exp.cfg.task == "segmentation":
@@ -294,23 +327,13 @@ def evaluate(exp: Experiment, state: ServerState) -> dict[str, Any]:
     return out
 
 
-def kept_personal_accuracy(exp: Experiment, metric) -> dict[str, float]:
+def kept_personal_accuracy(score_clients: ScoreClients) -> dict[str, float]:
     """Personal models kept next to a global one (Ditto's and PerAda's v_k) scored on each
     client's own test share; empty for algorithms without them."""
-    models = [
-        (c, personal_model(exp.algorithm, exp.contexts[c.client_id])) for c in exp.task.clients
-    ]
-    scores = [
-        metric(m, c.test, exp.device, exp.algorithm.predict) for c, m in models if m is not None
-    ]
+    scores = [s["test"] for _, s in sorted(score_clients(False).items())]
     if not scores:
         return {}
     return {"personalized_accuracy": _mean(scores), "personalized_accuracy_std": _std(scores)}
-
-
-def _by_index(exp: Experiment, models: dict[int, torch.nn.Module]):
-    index = {c.client_id: i for i, c in enumerate(exp.task.clients)}
-    return [(index[cid], m) for cid, m in models.items()]
 
 
 def _mean(values: list[float]) -> float:
@@ -381,6 +404,8 @@ class Runner:
             )
         self.fed = fed
         self.fed.server_data = exp.server_data
+        #: scores personal models where client states live (Flower: on the SuperNodes)
+        self.score_clients = getattr(fed, "score_clients", None) or local_client_scores(exp)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -452,7 +477,7 @@ class Runner:
             entry: dict[str, Any] = {"round": round_}
             entry.update({k: float(v) for k, v in train_metrics.items()})
             if round_ % cfg.eval_every == 0 or round_ == cfg.rounds:
-                entry.update(evaluate(self.exp, state))
+                entry.update(evaluate(self.exp, state, self.score_clients))
             entry["bytes_up"] = fed.bytes_up
             entry["bytes_down"] = fed.bytes_down
             entry["failed_clients"] = len(fed.failures)

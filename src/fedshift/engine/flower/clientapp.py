@@ -6,21 +6,29 @@ the node config) costs a bare ClientApp process only.
 Every message rebuilds the federated task from the run config (the dataset is built
 locally; Flower starts a new ClientApp process per message), picks this node's client
 from its node config, restores ``ctx.state`` from Flower's ``Context.state``, runs the
-task with the simulation engine's seeding and stores ``ctx.state`` back.
+task with the simulation engine's seeding and stores ``ctx.state`` back, in the context
+and in a snapshot on the node's disk (:mod:`.node_state`) from which a resumed run
+continues. The engine's evaluate task scores the client's personal model on the node.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedshift.engine.flower.messages import CONTROL, IDENTIFY, IDENTITY, identity_of
+from fedshift.engine.flower.messages import CONTROL, EVALUATE, IDENTIFY, IDENTITY, identity_of
+
+if TYPE_CHECKING:  # torch-heavy: imported by the handler only
+    from fedshift.engine.flower.node_state import NodeSnapshots
 
 app = ClientApp()
+
+#: ConfigRecord in ``Context.state`` naming the fedshift run whose client state it holds
+RUN_MARK = "fedshift-run"
 
 
 @functools.lru_cache(maxsize=2)
@@ -40,13 +48,11 @@ def handle(message: Message, context: Context) -> Message:
     if task == IDENTIFY:
         identity = ConfigRecord(identity_of(dict(context.node_config)))
         return Message(RecordDict({IDENTITY: identity}), reply_to=message)
-    from fedshift.engine.flower.convert import (
-        from_recorddict,
-        load_state,
-        save_state,
-        to_recorddict,
-    )
+    from fedshift.core.record import Record
+    from fedshift.engine.flower.convert import from_recorddict, save_state, to_recorddict
+    from fedshift.engine.flower.node_state import NodeSnapshots, state_root
     from fedshift.engine.flower.settings import node_cache_dir, node_client_id
+    from fedshift.engine.runner import client_scores
     from fedshift.engine.simulation import run_client_task
 
     node_config: dict[str, Any] = dict(context.node_config)
@@ -59,19 +65,38 @@ def handle(message: Message, context: Context) -> Message:
             f"message for client {control['client']} reached the node serving client {cid}"
         )
     ctx = exp.contexts[cid]
-    ctx.state = load_state(context.state)
+    round_ = int(control["round"])
+    snapshots = NodeSnapshots(state_root(node_config), str(control["token"]), cid)
+    ctx.state = restore_state(context.state, str(control["token"]), snapshots, round_)
+    if task == EVALUATE:
+        scores = client_scores(exp, ctx, bool(control.get("domains", False)))
+        return Message(to_recorddict(Record(metrics=dict(scores or {}))), reply_to=message)
     reply = run_client_task(
         exp.algorithm,
         ctx,
         task,
         from_recorddict(message.content),
         seed=exp.cfg.seed,
-        round_=int(control["round"]),
+        round_=round_,
         call_index=int(control["call"]),
         total_rounds=exp.cfg.rounds,
     )
     save_state(ctx.state, context.state)
+    context.state[RUN_MARK] = ConfigRecord({"token": str(control["token"])})
+    snapshots.save(round_, ctx.state)
     return Message(to_recorddict(reply), reply_to=message)
+
+
+def restore_state(
+    flower_state: RecordDict, run_token: str, snapshots: NodeSnapshots, round_: int
+) -> dict[str, Any]:
+    """The client state: Flower's context within a run, the node's snapshot after a resume."""
+    from fedshift.engine.flower.convert import load_state
+
+    mark = flower_state[RUN_MARK] if RUN_MARK in flower_state else None
+    if mark is not None and str(mark["token"]) == run_token:
+        return load_state(flower_state)
+    return snapshots.latest_before(round_)
 
 
 @app.train()

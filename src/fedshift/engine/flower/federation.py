@@ -13,13 +13,14 @@ from fedshift.core.record import Record
 from fedshift.engine.flower.convert import ConversionError, from_recorddict, to_recorddict
 from fedshift.engine.flower.messages import (
     CONTROL,
+    EVALUATE,
     IDENTIFY,
     IDENTITY,
     QUERY_MESSAGE_TYPE,
     TASK_MESSAGE_TYPE,
 )
 from fedshift.engine.flower.settings import DeployOptions, node_client_id
-from fedshift.engine.runner import Experiment
+from fedshift.engine.runner import DOMAIN_SCORE, ClientScores, Experiment
 from fedshift.engine.simulation import SimulationFederation
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,12 @@ class FlowerFederation(SimulationFederation):
     a node, with an error reply (e.g. its node died) or without a reply in time is a
     failed client. Sampling, seeding, reply validation against ``shares``, byte counting
     and the failure policy are the simulation engine's, so both engines give the same
-    numbers for the same seed.
+    numbers for the same seed. ``run_token`` names the run on the SuperNodes (their client
+    state snapshots); a resumed run keeps it. Personal models are scored on their nodes
+    (:meth:`score_clients`).
     """
 
-    def __init__(self, grid: Grid, exp: Experiment, opts: DeployOptions):
+    def __init__(self, grid: Grid, exp: Experiment, opts: DeployOptions, run_token: str):
         cfg = exp.cfg
         super().__init__(
             exp.algorithm,
@@ -54,6 +57,7 @@ class FlowerFederation(SimulationFederation):
             total_rounds=cfg.rounds,
         )
         self.grid = grid
+        self.run_token = run_token
         self.round_timeout = opts.round_timeout
         self.connect_timeout = opts.connect_timeout
         self.client_ids = [c.client_id for c in exp.task.clients]
@@ -116,41 +120,74 @@ class FlowerFederation(SimulationFederation):
         self._asked.update(answered)  # nodes that did not answer are asked again
 
     # -- one call -----------------------------------------------------------------------
-    def _dispatch(self, task: str, sends: dict[int, Record], call_index: int) -> dict[int, Record]:
+    def _exchange(
+        self, task: str, sends: dict[int, Record], call_index: int, **control
+    ) -> tuple[dict[int, Record], dict[int, str]]:
+        """Send ``sends`` to the clients' nodes; their readable replies and the problems."""
+        problems: dict[int, str] = {}
         messages: list[tuple[int, Message]] = []
         for cid, sent in sends.items():
             node = self.nodes.get(cid)
             if node is None:
-                self._fail(cid, task, "no SuperNode serves this client")
+                problems[cid] = "no SuperNode serves this client"
                 continue
-            control = {"task": task, "client": cid, "round": self.round, "call": call_index}
+            header = {
+                "task": task,
+                "client": cid,
+                "round": self.round,
+                "call": call_index,
+                "token": self.run_token,
+                **control,
+            }
             message = Message(
-                to_recorddict(sent, control),
+                to_recorddict(sent, header),
                 dst_node_id=node,
                 message_type=TASK_MESSAGE_TYPE,
                 group_id=str(self.round),
             )
             messages.append((cid, message))
         if not messages:
-            return {}
+            return {}, problems
         replies = self.grid.send_and_receive([m for _, m in messages], timeout=self.round_timeout)
         by_message = {m.metadata.message_id: cid for cid, m in messages}
         received: dict[int, Record] = {}
-        answered: set[int] = set()
         for reply in replies:
             cid = by_message.get(reply.metadata.reply_to_message_id)
             if cid is None:
                 continue
-            answered.add(cid)
             if reply.has_error():
                 error = reply.error
-                self._fail(cid, task, f"error reply (code {error.code}): {error.reason}")
+                problems[cid] = f"error reply (code {error.code}): {error.reason}"
                 continue
             try:
                 received[cid] = from_recorddict(reply.content)
             except (ConversionError, KeyError, TypeError, ValueError) as exc:
-                self._fail(cid, task, f"unreadable reply: {exc}")
+                problems[cid] = f"unreadable reply: {exc}"
         for cid, _ in messages:
-            if cid not in answered:
-                self._fail(cid, task, f"no reply within {self.round_timeout:g} s")
+            if cid not in received and cid not in problems:
+                problems[cid] = f"no reply within {self.round_timeout:g} s"
+        return received, problems
+
+    def _dispatch(self, task: str, sends: dict[int, Record], call_index: int) -> dict[int, Record]:
+        received, problems = self._exchange(task, sends, call_index)
+        for cid, problem in problems.items():
+            self._fail(cid, task, problem)
         return received
+
+    def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:
+        """Each client's personal model scored on its node (the runner's ``ScoreClients``).
+
+        Evaluation is not training: it moves no arrays, counts no bytes and a client that
+        cannot answer is left out of the means (logged), not counted as failed.
+        """
+        sends = {cid: Record() for cid in self.client_ids}
+        received, problems = self._exchange(EVALUATE, sends, -1, domains=with_domains)
+        for cid, problem in problems.items():
+            log.warning("round %s: client %s was not evaluated: %s", self.round, cid, problem)
+        scores = {cid: {k: float(v) for k, v in r.metrics.items()} for cid, r in received.items()}
+        needed = {"val", "test"}
+        return {
+            cid: s
+            for cid, s in scores.items()
+            if needed <= s.keys() and (not with_domains or any(DOMAIN_SCORE in k for k in s))
+        }

@@ -11,12 +11,14 @@ from typing import Any
 
 #: engine task asking a SuperNode which client it serves
 IDENTIFY = "fedshift.identify"
+#: engine task asking a client to score its personal model where it lives
+EVALUATE = "fedshift.evaluate"
 #: ConfigRecord of an identity reply
 IDENTITY = "identity"
 #: message type of the algorithm's client tasks and of the engine's identity query
 TASK_MESSAGE_TYPE = "train"
 QUERY_MESSAGE_TYPE = "query"
-#: ConfigRecord with engine instructions (task, client, round, call index)
+#: ConfigRecord with engine instructions (task, client, round, call index, run token)
 CONTROL = "fedshift"
 
 IDENTITY_KEYS = ("client-id", "partition-id", "num-partitions")

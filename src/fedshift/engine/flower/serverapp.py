@@ -4,22 +4,25 @@ It runs :func:`fedshift.engine.runner.run_experiment` (setup, rounds, evaluation
 per-round checkpoints, summary) with the Flower federation instead of the in-process one,
 so a Flower run writes the same run directory as ``fedshift run``. Setting the run config
 key ``resume=true`` with the same ``out-dir`` continues a killed run from its last
-completed round.
+completed round; the SuperNodes restore their client states from their own snapshots.
+Algorithms with personal models (FedProto, local, Ditto, PerAda) are evaluated on the
+SuperNodes, where those models stay.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
+from pathlib import Path
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedshift.algorithms import REGISTRY
-from fedshift.config import ConfigError
+from fedshift.core.state import CheckpointError
 from fedshift.engine.flower.federation import FlowerFederation
-from fedshift.engine.flower.settings import load_run_dataset, parse_run_config
-from fedshift.engine.runner import run_experiment
+from fedshift.engine.flower.settings import DeployOptions, load_run_dataset, parse_run_config
+from fedshift.engine.runner import Experiment, run_experiment
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +36,36 @@ def run_on_grid(grid: Grid, run_config: dict) -> tuple[dict, str]:
     stopped early).
     """
     cfg, opts = parse_run_config(run_config)
-    if REGISTRY[cfg.algorithm].personal:
-        raise ConfigError(
-            f"{cfg.algorithm!r} is evaluated with each client's own model, which stays on its "
-            "SuperNode; the Flower engine evaluates global models only"
-        )
+    token = run_token(opts)
+
+    def federation(exp: Experiment) -> FlowerFederation:
+        exp.info["flower_run_token"] = token
+        return FlowerFederation(grid, exp, opts, token)
+
     summary, out_dir = run_experiment(
         cfg,
         opts.out_dir or None,
         resume=opts.resume,
         progress=False,
         dataset=load_run_dataset(cfg, opts),
-        federation=lambda exp: FlowerFederation(grid, exp, opts),
+        federation=federation,
     )
     return summary, str(out_dir)
+
+
+def run_token(opts: DeployOptions) -> str:
+    """A new token for a new run; a resumed run reuses the one in its ``config.json``, so
+    the SuperNodes find the client states they saved for it."""
+    if not opts.resume:
+        return uuid.uuid4().hex
+    config = Path(opts.out_dir) / "config.json"
+    try:
+        return str(json.loads(config.read_text())["run_info"]["flower_run_token"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            f"cannot resume on Flower: {config} does not name the run's Flower token ({exc}); "
+            "resume a run that was started on Flower with the same out-dir"
+        ) from None
 
 
 @app.main()
