@@ -6,12 +6,11 @@ from fedshift.cli import main
 from fedshift.report.aggregate import find_summaries, markdown, table
 
 
-def write(root, algo, target, seed, acc):
+def write(root, algo, target, seed, acc, **extra):
     run = root / f"{algo}-{target}-s{seed}"
     run.mkdir(parents=True)
-    (run / "summary.json").write_text(
-        json.dumps({"algorithm": algo, "target": target, "seed": seed, "target_accuracy": acc})
-    )
+    summary = {"algorithm": algo, "target": target, "seed": seed, "target_accuracy": acc}
+    (run / "summary.json").write_text(json.dumps({**summary, **extra}))
 
 
 def test_table_mean_std_and_average_column(tmp_path):
@@ -32,3 +31,10 @@ def test_table_mean_std_and_average_column(tmp_path):
 def test_report_cli_errors_on_empty_folder(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "no summary.json" in capsys.readouterr().err
+
+
+def test_non_accuracy_metrics_are_not_shown_as_percent(tmp_path):
+    write(tmp_path, "fedproto", "clients", 0, 0.9, bytes_per_round=54144.0)
+    write(tmp_path, "fedproto", "clients", 1, 0.9, bytes_per_round=54000.0)
+    _, body = table(find_summaries([tmp_path]), metric="bytes_per_round")
+    assert body[0] == ["fedproto", "54,072 ± 102", "54,072 ± 102"]

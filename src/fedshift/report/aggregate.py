@@ -33,19 +33,28 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), std
 
 
+def is_fraction(metric: str) -> bool:
+    """Accuracies and Dice scores are stored as fractions and shown in %."""
+    return "accuracy" in metric or "dice" in metric
+
+
 def cell(values: list[float], scale: float = 100.0) -> str:
+    """``mean ± std`` of ``values`` times ``scale``: one decimal, or whole numbers with
+    thousands separators for large quantities (bytes, seconds)."""
     if not values:
         return "-"
     m, s = mean_std(values)
+    spec = ",.0f" if abs(scale * m) >= 1000 else ".1f"
     if len(values) == 1:
-        return f"{scale * m:.1f}"
-    return f"{scale * m:.1f} ± {scale * s:.1f}"
+        return f"{scale * m:{spec}}"
+    return f"{scale * m:{spec}} ± {scale * s:{spec}}"
 
 
 def table(
     summaries: list[dict[str, Any]], metric: str = "target_accuracy", rows: list[str] | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """Rows: algorithm; columns: targets (+ avg); cells: mean ± std over seeds (in %).
+    """Rows: algorithm; columns: targets (+ avg); cells: mean ± std over seeds (accuracies
+    and Dice in %, other metrics such as ``bytes_per_round`` as they are).
 
     The average column is the mean over targets of each seed's accuracy, then mean ± std over
     seeds (only for seeds that have every target).
@@ -65,14 +74,15 @@ def table(
         if algo not in by:
             continue
         per_target = by[algo]
-        line = [algo] + [cell(list(per_target.get(t, {}).values())) for t in targets]
+        scale = 100.0 if is_fraction(metric) else 1.0
+        line = [algo] + [cell(list(per_target.get(t, {}).values()), scale) for t in targets]
         seeds = (
             set.intersection(*(set(per_target.get(t, {})) for t in targets)) if targets else set()
         )
         averages = [
             statistics.fmean(per_target[t][seed] for t in targets) for seed in sorted(seeds)
         ]
-        line.append(cell(averages))
+        line.append(cell(averages, scale))
         body.append(line)
     return header, body
 
