@@ -37,7 +37,7 @@ PROTOTYPE_PASSES = ("train", "eval")
 @dataclass(frozen=True)
 class FPLHparams:
     temperature: float = 0.02  # τ of the CPCL cosine similarities (official main.py: 0.1)
-    upcr_reduction: str = "sum"  # "sum": ‖z − U^c‖² (paper); "mean": MSELoss (official code)
+    upcr_reduction: str = "mean"  # "mean": MSELoss (official code); "sum": ‖z − U^c‖² (paper)
     finch_level: int = -1  # FINCH partition kept: -1 the coarsest (official code), 0 the finest
     prototype_pass: str = "train"  # p_k^c from the last local epoch's f(x) (official), or "eval"
 
@@ -119,10 +119,10 @@ def cpcl_loss(
 
 
 def upcr_loss(
-    z: torch.Tensor, labels: torch.Tensor, unbiased: torch.Tensor, reduction: str = "sum"
+    z: torch.Tensor, labels: torch.Tensor, unbiased: torch.Tensor, reduction: str = "mean"
 ) -> torch.Tensor:
-    """Per-sample L_UPCR = Σ_v (z_v − U^y_v)² (``"mean"``: divided by d, the official
-    MSELoss). Samples whose class has no unbiased prototype (NaN row) get 0."""
+    """Per-sample L_UPCR = Σ_v (z_v − U^y_v)² / d (``"mean"``, the official MSELoss; ``"sum"``
+    without / d, the paper's formula). Samples whose class has no unbiased prototype (NaN row) get 0."""
     target = unbiased[labels]
     known = ~torch.isnan(target).any(dim=1)
     diff = (z - torch.nan_to_num(target, nan=0.0)).pow(2)
@@ -150,7 +150,7 @@ class FPL(Algorithm):
     cluster prototypes P^c and averages those into the unbiased prototype U^c; the model is
     FedAvg'ed. Local loss: CE + L_CPCL + L_UPCR, with L_CPCL an InfoNCE of f(x) against all
     cluster prototypes (positives P^y, negatives the other classes' clusters, cosine,
-    τ = 0.02) and L_UPCR = ‖f(x) − U^y‖². Both regularizers are summed over the batch and
+    τ = 0.02) and L_UPCR = ‖f(x) − U^y‖² / d. Both regularizers are summed over the batch and
     divided by its size; round 1 (no prototypes yet) is plain CE. Prediction: the classifier.
 
     Deviation notes:
@@ -160,8 +160,12 @@ class FPL(Algorithm):
       instead (``_prototypes.class_prototypes``); with BatchNorm running statistics that
       lag the batch statistics (few local steps), those prototypes sit far from the
       train-mode features and L_UPCR blows up, so it is not the default.
-    - L_UPCR sums the squared distance over dimensions (paper); the official code's MSELoss
-      averages it (``upcr_reduction="mean"``).
+    - L_UPCR averages the squared distance over the d feature dimensions, as the official
+      code's MSELoss does; the paper writes the squared norm ``‖z − U^c‖²``
+      (``upcr_reduction="sum"``, d = 256 times larger). Measured on digits-dg per-domain
+      (5 clients per domain, 30% of each train split, 30 rounds, seed 0): with the sum the
+      regularizer swamps CE (train loss 84 in round 2) and FPL collapses to 16.2 % mean
+      accuracy (FedAvg 68.5 %); with the mean it reaches 76.2 %.
     - The official code keeps FINCH's coarsest partition (``c[:, -1]``); ``finch_level``
       picks another. A class with a single client prototype keeps it as its only cluster
       (the official code's fallback); two prototypes always form one FINCH cluster.
