@@ -3,16 +3,23 @@
 # setting. Resumable (each sweep skips finished runs and resumes interrupted ones).
 #   bash benchmarks/method_tables.sh [OUT_ROOT] [SECTION...]
 # Sections: label-skew, per-domain, lodo, segmentation, perada, personalized, uda.
-# CPU budget: each 30-round digits-dg run takes ~3 min on 2 idle cores with the default cnn
-# (CCST ~3x, FedADG at official sizes much more); a GPU (--set device=cuda) is ~20x faster.
+# Every run uses one torch thread (results are bit-identical only for the same thread
+# count), so two sweeps can share a 2-core machine. CPU cost per run, measured with two runs
+# side by side: label-skew 1.5-4 min; per-domain 2-3.5 min; lodo 30 rounds: fedavg/fedsr/
+# fedga/ditto 4-7 min, fedadg 11 min, feddg-elcfs 17 min, ccst longer; segmentation (unet)
+# ~45 s per FedAvg round. TARGETS (default mnistm) and SEEDS (default 0,1,2) override the
+# lodo/segmentation columns; a GPU (--set device=cuda) is much faster.
 set -euo pipefail
 root=${1:-runs/tables}; shift || true
 sections=${*:-label-skew per-domain lodo segmentation perada personalized uda}
-seeds=0,1,2
-targets=mnist,mnistm,optdigits,syn
+seeds=${SEEDS:-0,1,2}
+targets=${TARGETS:-mnistm}
+one=(--set threads=1)
 skew=(--protocol personalized -d digits-dg:mnist --set partition=nway-kshot
       --set clients_per_domain=20 --set ways=3 --set shots=15 --set stdev=2
-      --set model=fedproto-cnn --set batch_size=8 --set local_epochs=2)
+      --set model=fedproto-cnn --set batch_size=8 --set local_epochs=2 "${one[@]}")
+per_domain=(--protocol per-domain --rounds 30 --set clients_per_domain=5
+            --set client_data_fraction=0.3 "${one[@]}")
 
 for section in $sections; do
   case $section in
@@ -21,15 +28,23 @@ for section in $sections; do
         --rounds 50 "${skew[@]}" --out "$root/label-skew" --quiet
       fedshift sweep -a fedproto,local -t clients --seeds $seeds --rounds 50 "${skew[@]}" \
         --set hetero_models=fedproto --out "$root/label-skew-hetero" --quiet ;;
-    per-domain)  # FPL vs FedAvg, every domain trains and is tested (issue 3)
-      fedshift sweep -a fpl,fedavg,local -t all --protocol per-domain --seeds $seeds --rounds 30 \
-        --set clients_per_domain=5 --set client_data_fraction=0.3 --out "$root/per-domain" --quiet ;;
-    lodo)  # leave-one-domain-out methods vs FedAvg (issues 3 and 6)
-      fedshift sweep -a fedavg,local,fedsr,moon,ccst,feddg-elcfs,fedga,fedadg,ditto \
-        -t $targets --seeds $seeds --rounds 30 --out "$root/lodo" --quiet ;;
+    per-domain)  # FPL vs FedAvg and local, every domain trains and is tested (issue 3)
+      fedshift sweep -a fpl,fedavg -t all --seeds $seeds "${per_domain[@]}" \
+        --out "$root/per-domain" --quiet
+      # 20 personal models x 4 test domains per evaluation: evaluated every 10th round
+      fedshift sweep -a local -t all --seeds $seeds "${per_domain[@]}" --set eval_every=10 \
+        --out "$root/per-domain" --quiet
+      # the paper's UPCR form (sum over dimensions) as an ablation
+      fedshift sweep -a fpl -t all --seeds $seeds "${per_domain[@]}" \
+        --set algo.upcr_reduction=sum --out "$root/per-domain-upcr-sum" --quiet ;;
+    lodo)  # leave-one-domain-out methods vs FedAvg (issues 3 and 6), cheapest first
+      fedshift sweep -a fedavg,local,fedsr -t $targets --seeds $seeds --rounds 30 "${one[@]}" \
+        --out "$root/lodo" --quiet
+      fedshift sweep -a fedga,ditto,feddg-elcfs,fedadg,ccst -t $targets --seeds $seeds \
+        --rounds 30 "${one[@]}" --out "$root/lodo" --quiet ;;
     segmentation)  # FedDG-ELCFS vs FedAvg on digit-foreground segmentation, Dice (issue 6)
-      fedshift sweep -a fedavg,feddg-elcfs -t $targets --seeds $seeds --rounds 30 \
-        --set task=segmentation --set model=unet --out "$root/segmentation" --quiet ;;
+      fedshift sweep -a fedavg,feddg-elcfs -t $targets --seeds $seeds --rounds "${SEG_ROUNDS:-10}" \
+        --set task=segmentation --set model=unet "${one[@]}" --out "$root/segmentation" --quiet ;;
     perada)  # PerAda on a backbone pretrained on syn, which then stays out of the federation
       mkdir -p "$root/backbones"
       [ -f "$root/backbones/cnn-syn.pt" ] || \
@@ -37,15 +52,16 @@ for section in $sections; do
       for t in mnist mnistm optdigits; do
         s=$(echo mnist,mnistm,optdigits | tr , '\n' | grep -vx "$t" | paste -sd,)
         fedshift sweep -a perada -t "$t" --seeds $seeds --rounds 30 --set sources="$s" \
-          --set server_data=syn --set algo.backbone="$root/backbones/cnn-syn.pt" \
+          --set server_data=syn --set algo.backbone="$root/backbones/cnn-syn.pt" "${one[@]}" \
           --out "$root/perada" --quiet
         fedshift sweep -a fedavg -t "$t" --seeds $seeds --rounds 30 --set sources="$s" \
-          --set model_weights="$root/backbones/cnn-syn.pt" --out "$root/perada-fedavg" --quiet
+          --set model_weights="$root/backbones/cnn-syn.pt" "${one[@]}" \
+          --out "$root/perada-fedavg" --quiet
       done ;;
     personalized)  # Ditto / PerAda personalized accuracy vs FedAvg and local
       fedshift sweep -a fedavg,ditto,local --protocol personalized -t clients --seeds $seeds \
         --rounds 30 --set sources=mnist,mnistm,optdigits --set clients_per_domain=2 \
-        --set partition=dirichlet --out "$root/personalized" --quiet ;;
+        --set partition=dirichlet "${one[@]}" --out "$root/personalized" --quiet ;;
     uda)  # FACT / FACT-NF / FADA vs source-only references (issue 5)
       bash "$(dirname "$0")/uda_table.sh" "$root/uda" 100 ;;
     *) echo "unknown section $section" >&2; exit 2 ;;
