@@ -122,7 +122,8 @@ def upcr_loss(
     z: torch.Tensor, labels: torch.Tensor, unbiased: torch.Tensor, reduction: str = "mean"
 ) -> torch.Tensor:
     """Per-sample L_UPCR = Σ_v (z_v − U^y_v)² / d (``"mean"``, the official MSELoss; ``"sum"``
-    without / d, the paper's formula). Samples whose class has no unbiased prototype (NaN row) get 0."""
+    without / d, the paper's formula). Samples whose class has no unbiased prototype (NaN
+    row) get 0."""
     target = unbiased[labels]
     known = ~torch.isnan(target).any(dim=1)
     diff = (z - torch.nan_to_num(target, nan=0.0)).pow(2)
