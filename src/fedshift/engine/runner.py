@@ -375,6 +375,19 @@ def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
         )
 
 
+def federation_options(exp: Experiment) -> dict[str, Any]:
+    """The run config's settings of a :class:`SimulationFederation` (and its subclasses)."""
+    cfg = exp.cfg
+    return {
+        "seed": cfg.seed,
+        "fraction": cfg.fraction,
+        "failure_policy": cfg.failure_policy,
+        "min_clients": cfg.min_clients,
+        "count_bytes": not exp.algorithm.pooled,
+        "total_rounds": cfg.rounds,
+    }
+
+
 class Runner:
     """Drives one experiment through its rounds with checkpoints after each round."""
 
@@ -390,18 +403,8 @@ class Runner:
         self.exp = exp
         self.out = out_dir
         self.progress = progress
-        cfg = exp.cfg
         if fed is None:
-            fed = SimulationFederation(
-                exp.algorithm,
-                exp.contexts,
-                seed=cfg.seed,
-                fraction=cfg.fraction,
-                failure_policy=cfg.failure_policy,
-                min_clients=cfg.min_clients,
-                count_bytes=not exp.algorithm.pooled,
-                total_rounds=cfg.rounds,
-            )
+            fed = SimulationFederation(exp.algorithm, exp.contexts, **federation_options(exp))
         self.fed = fed
         self.fed.server_data = exp.server_data
         #: scores personal models where client states live (Flower: on the SuperNodes)

@@ -20,7 +20,7 @@ from fedshift.engine.flower.messages import (
     TASK_MESSAGE_TYPE,
 )
 from fedshift.engine.flower.settings import DeployOptions, node_client_id
-from fedshift.engine.runner import DOMAIN_SCORE, ClientScores, Experiment
+from fedshift.engine.runner import DOMAIN_SCORE, ClientScores, Experiment, federation_options
 from fedshift.engine.simulation import SimulationFederation
 
 log = logging.getLogger(__name__)
@@ -45,17 +45,7 @@ class FlowerFederation(SimulationFederation):
     """
 
     def __init__(self, grid: Grid, exp: Experiment, opts: DeployOptions, run_token: str):
-        cfg = exp.cfg
-        super().__init__(
-            exp.algorithm,
-            exp.contexts,
-            seed=cfg.seed,
-            fraction=cfg.fraction,
-            failure_policy=cfg.failure_policy,
-            min_clients=cfg.min_clients,
-            count_bytes=not exp.algorithm.pooled,
-            total_rounds=cfg.rounds,
-        )
+        super().__init__(exp.algorithm, exp.contexts, **federation_options(exp))
         self.grid = grid
         self.run_token = run_token
         self.round_timeout = opts.round_timeout
