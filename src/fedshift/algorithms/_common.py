@@ -62,14 +62,24 @@ def train_supervised(
             if len(x) < 2:
                 continue
             loss = F.cross_entropy(model(x), y)
-            if penalty is not None:
-                loss = loss + penalty(model)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * len(x)
+            total += penalized_step(optimizer, model, loss, penalty) * len(x)
             seen += len(x)
     return {"loss": total / max(seen, 1), "num-examples": len(ctx.train), "samples": seen}
+
+
+def penalized_step(
+    optimizer: torch.optim.Optimizer,
+    model: torch.nn.Module,
+    loss: torch.Tensor,
+    penalty: Penalty | None = None,
+) -> float:
+    """Add ``penalty(model)`` to ``loss``, take one optimizer step; the total loss's value."""
+    if penalty is not None:
+        loss = loss + penalty(model)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach())
 
 
 def proximal_penalty(anchor: dict[str, torch.Tensor], mu: float) -> Penalty:

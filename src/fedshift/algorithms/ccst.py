@@ -9,7 +9,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import make_optimizer, model_from_record, model_record
+from fedshift.algorithms._common import (
+    make_optimizer,
+    model_from_record,
+    model_record,
+    penalized_step,
+)
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.config import ConfigError
 from fedshift.core.algorithm import RunInfo, client_task
@@ -266,11 +271,6 @@ class CCST(FedAvg):
                         bank["std"][chosen, pick].to(ctx.device),
                     )
                 loss = F.cross_entropy(model(x), y)
-                if penalty is not None:
-                    loss = loss + penalty(model)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(x)
+                total += penalized_step(optimizer, model, loss, penalty) * len(x)
                 seen += len(x)
         return {"loss": total / max(seen, 1), "num-examples": n, "samples": seen}

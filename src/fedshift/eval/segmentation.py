@@ -97,7 +97,7 @@ def train_segmentation(
     epochs: int | None = None,
 ) -> dict[str, float]:
     """Soft-Dice SGD on the client's masks (the segmentation twin of ``train_supervised``)."""
-    from fedshift.algorithms._common import make_optimizer
+    from fedshift.algorithms._common import make_optimizer, penalized_step
 
     cfg = ctx.train_cfg
     epochs = cfg.local_epochs if epochs is None else epochs
@@ -107,12 +107,7 @@ def train_segmentation(
     for _ in range(epochs):
         for x, target in mask_batches(ctx.train, cfg.batch_size, ctx.rng):
             loss = soft_dice_loss(torch.sigmoid(model(x)), target)
-            if penalty is not None:
-                loss = loss + penalty(model)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * len(x)
+            total += penalized_step(optimizer, model, loss, penalty) * len(x)
             seen += len(x)
     return {"loss": total / max(seen, 1), "num-examples": len(ctx.train), "samples": seen}
 
