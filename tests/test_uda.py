@@ -168,6 +168,23 @@ def test_fact_nf_skips_finetuning_and_averages_trained_heads():
     assert state.model["backbone.w"].item() == -1.0 and state.model["head.b"].item() == 6.0
 
 
+def test_fact_without_target_step_keeps_the_source_average():
+    fed = ScriptedFederation(
+        {
+            "train": {
+                0: _model_reply({"backbone.w": 1.0, "head.b": 4.0}, loss=1.0),
+                2: _model_reply({"backbone.w": 5.0, "head.b": 8.0}, loss=1.0),
+            }
+        }
+    )
+    state = ServerState(model={"backbone.w": torch.tensor([0.0]), "head.b": torch.tensor([0.0])})
+    algo = FACTNoFinetune(FACTNoFinetune.Hparams(adapt_target=False), run=None)
+    state, metrics = algo.round(state, fed)
+    assert [c[0] for c in fed.calls] == ["train"]
+    assert state.model["backbone.w"].item() == 3.0 and state.model["head.b"].item() == 6.0
+    assert "selection_score" not in metrics
+
+
 # -- FADA: exact numbers ------------------------------------------------------------------
 def test_fada_losses_and_attention():
     assert negative_entropy(torch.zeros(3, 4)).item() == pytest.approx(-math.log(4.0))

@@ -31,6 +31,8 @@ class FACTHparams:
     finetune_epochs: int = 1  # epochs of head fine-tuning F_si on the aggregated G' (official 1)
     evaluate_with: str = "ensemble"  # "ensemble": per sample the more confident of F1, F2
     # (official evaluation); "average": the averaged head F used for the next round
+    adapt_target: bool = True  # False skips step (4), the target's IDD minimization: an
+    # ablation, FACT's source schedule without adaptation (the global G is then G')
 
 
 def inter_domain_distance(logits_1: torch.Tensor, logits_2: torch.Tensor) -> torch.Tensor:
@@ -102,7 +104,9 @@ class FACT(Algorithm):
     global G and the two heads are averaged into the new global F. The round's IDD (mean over
     the target's batches) is reported as ``selection_score``: the summary's
     ``target_accuracy_min_idd`` is the target accuracy of the round with minimal IDD, FACT's
-    label-free model selection.
+    label-free model selection. ``algo.adapt_target=false`` skips step (4) — an ablation
+    that separates what the adaptation adds from what FACT's source schedule (two sources
+    per round, its own learning rate and batch size) costs against plain FedAvg.
 
     Optimization follows the official code: SGD (run-level ``momentum``, ``weight_decay``;
     official 0.9 and 5e-4, fedshift's defaults), learning rate η₀·(1 + 10·p)^(−0.75) where p
@@ -163,6 +167,10 @@ class FACT(Algorithm):
             metrics["finetune_loss"] = weighted_metric(tuned, "loss")
         else:
             heads = [split_generator_head(trained[c].subset("model"))[1] for c in pair]
+        if not self.hp.adapt_target:
+            state.model = {**aggregated, **average_heads(heads)}
+            state.extra["heads"] = heads
+            return state, metrics
         to_target = Record().with_arrays("model", aggregated)
         to_target.with_arrays("heads.0", heads[0]).with_arrays("heads.1", heads[1])
         adapted = fed.call("idd", fed.clients("target"), to_target)
