@@ -18,7 +18,7 @@ from fedshift.algorithms.fedadg import (
     extractor_objective,
     generator_loss,
 )
-from fedshift.algorithms.fedga import FedGA, FedGAHparams, ga_update
+from fedshift.algorithms.fedga import FedGA, FedGAHparams, ga_update, validation_error
 from fedshift.config import ConfigError, resolve
 from fedshift.core.algorithm import RunInfo
 from fedshift.core.context import ClientContext, ClientData, TrainConfig
@@ -283,6 +283,26 @@ def test_fedga_rejects_unknown_base_and_variant():
         FedGA(FedGAHparams(base="scaffold"), run_info())
     with pytest.raises(ConfigError, match="variant"):
         FedGA(FedGAHparams(variant="other"), run_info())
+    with pytest.raises(ConfigError, match="gap_metric"):
+        FedGA(FedGAHparams(gap_metric="f1"), run_info())
+
+
+def test_fedga_validation_error_is_loss_or_error_rate():
+    """Logits equal to the input, uint8 255 / 0 -> 1 / -1: rows [1, -1], [-1, 1], [-1, 1]
+    with labels 0, 0, 1, so two right with margin 2 and one wrong."""
+    data = ClientData(
+        Split(
+            x=torch.tensor([[255, 0], [0, 255], [0, 255]], dtype=torch.uint8).reshape(3, 2, 1, 1),
+            y=torch.tensor([0, 0, 1]),
+        ),
+        True,
+        torch.device("cpu"),
+    )
+    model = torch.nn.Flatten()
+    right, wrong = math.log(1 + math.exp(-2.0)), math.log(1 + math.exp(2.0))
+    loss = validation_error(model, data, batch_size=2, metric="loss")
+    assert loss == pytest.approx((2 * right + wrong) / 3)
+    assert validation_error(model, data, batch_size=2, metric="accuracy") == pytest.approx(1 / 3)
 
 
 # -- FedADG ---------------------------------------------------------------------------------
@@ -321,3 +341,32 @@ def test_fedadg_projection_is_seeded_and_shapes_fit():
     assert h.shape == (4, 16) and bool((h >= 0).all())
     d = a.build_discriminator()(h @ a.projection, y)
     assert d.shape == (4,) and bool(((d > 0) & (d < 1)).all())
+
+
+def test_fedadg_private_discriminators_stay_on_their_clients():
+    hp = FedADGHparams(
+        noise_dim=8,
+        rp_dim=12,
+        generator_hidden=16,
+        discriminator_hidden=8,
+        share_discriminator=False,
+    )
+    algo = FedADG(hp, run_info(0))
+    state = algo.init_state()
+    assert set(state.extra) == {"generator"}
+    x = torch.randint(0, 256, (8, 3, 32, 32), dtype=torch.uint8)
+    ctx = client_context(x, client_id=1)
+    sent = (
+        Record()
+        .with_arrays("model", state.model)
+        .with_arrays("generator", state.extra["generator"])
+    )
+    first = algo.train(ctx, sent)
+    assert not any(k.startswith("discriminator.") for k in first.arrays)
+    kept = {k: v.clone() for k, v in ctx.state["discriminator"].items()}
+    assert not all(
+        torch.equal(kept[k], v)
+        for k, v in algo.seeded_discriminator("fedadg-discriminator-1").items()
+    )  # it trained
+    algo.train(ctx, sent)
+    assert not all(torch.equal(kept[k], ctx.state["discriminator"][k]) for k in kept)
