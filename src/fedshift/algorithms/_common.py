@@ -30,6 +30,14 @@ def model_from_record(ctx: ClientContext, record: Record, prefix: str = "model")
     return model.to(ctx.device)
 
 
+def local_metrics(ctx: ClientContext, seen: int, **sums: float) -> dict[str, float]:
+    """A client reply's metrics: each of ``sums`` (a per-sample-weighted sum) as its mean over
+    the ``seen`` samples, the split size ``num-examples`` (the aggregation weight) and
+    ``samples`` (what was processed, for throughput)."""
+    means = {key: value / max(seen, 1) for key, value in sums.items()}
+    return {**means, "num-examples": len(ctx.train), "samples": seen}
+
+
 def make_optimizer(params, cfg: TrainConfig, lr: float | None = None) -> torch.optim.Optimizer:
     lr = cfg.lr if lr is None else lr
     if cfg.optimizer == "sgd":
@@ -64,7 +72,7 @@ def train_supervised(
             loss = F.cross_entropy(model(x), y)
             total += penalized_step(optimizer, model, loss, penalty) * len(x)
             seen += len(x)
-    return {"loss": total / max(seen, 1), "num-examples": len(ctx.train), "samples": seen}
+    return local_metrics(ctx, seen, loss=total)
 
 
 def penalized_step(

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
     average_replies,
+    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
@@ -104,11 +105,6 @@ class Ditto(Algorithm):
         ctx.state["personal"] = state_dict_cpu(personal)
         reply = model_record(shared)
         reply.metrics.update(
-            {
-                "loss": shared_total / max(seen, 1),
-                "personal_loss": personal_total / max(seen, 1),
-                "num-examples": len(ctx.train),
-                "samples": seen,
-            }
+            local_metrics(ctx, seen, loss=shared_total, personal_loss=personal_total)
         )
         return reply

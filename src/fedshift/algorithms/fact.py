@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import state_dict_cpu, weighted_metric
+from fedshift.algorithms._common import local_metrics, state_dict_cpu, weighted_metric
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
@@ -233,9 +233,7 @@ class FACT(Algorithm):
             reply.with_arrays("model", head)
         else:
             ctx.state["head"] = head
-        reply.metrics.update(
-            loss=total / max(seen, 1), **{"num-examples": len(ctx.train), "samples": seen}
-        )
+        reply.metrics.update(local_metrics(ctx, seen, loss=total))
         return reply
 
     @client_task("finetune")
@@ -263,9 +261,7 @@ class FACT(Algorithm):
                 seen += len(x)
         _, head = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", head)
-        reply.metrics.update(
-            loss=total / max(seen, 1), **{"num-examples": len(ctx.train), "samples": seen}
-        )
+        reply.metrics.update(local_metrics(ctx, seen, loss=total))
         return reply
 
     @client_task("idd")
@@ -300,7 +296,5 @@ class FACT(Algorithm):
             ctx.state["epochs_done"] = int(ctx.state.get("epochs_done", 0)) + 1
         generator, _ = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", generator)
-        reply.metrics.update(
-            idd=total / max(batches, 1), **{"num-examples": len(ctx.train), "samples": seen}
-        )
+        reply.metrics.update(local_metrics(ctx, seen), idd=total / max(batches, 1))
         return reply

@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import make_optimizer, state_dict_cpu, weighted_metric
+from fedshift.algorithms._common import (
+    local_metrics,
+    make_optimizer,
+    state_dict_cpu,
+    weighted_metric,
+)
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
@@ -322,9 +327,7 @@ class FADA(Algorithm):
         ctx.state["identifier"] = state_dict_cpu(identifier)
         reply = Record().with_arrays("model", state_dict_cpu(net))
         reply.with_arrays("identifier", ctx.state["identifier"])
-        reply.metrics.update(
-            loss=total / max(seen, 1), **{"num-examples": len(ctx.train), "samples": seen}
-        )
+        reply.metrics.update(local_metrics(ctx, seen, loss=total))
         return reply
 
     @client_task("attention")
@@ -384,9 +387,7 @@ class FADA(Algorithm):
                 seen += len(x)
         generator = {k: v for k, v in state_dict_cpu(net).items() if k.startswith("backbone.")}
         reply = Record().with_arrays("model", generator)
-        reply.metrics.update(
-            loss=total / max(seen, 1), **{"num-examples": len(ctx.train), "samples": seen}
-        )
+        reply.metrics.update(local_metrics(ctx, seen, loss=total))
         return reply
 
 

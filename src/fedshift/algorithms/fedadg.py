@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshift.algorithms._common import (
+    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
@@ -282,6 +283,5 @@ class FedADG(Algorithm):
             reply.with_arrays("discriminator", state_dict_cpu(discriminator))
         else:
             ctx.state["discriminator"] = state_dict_cpu(discriminator)
-        reply.metrics.update({k: v / max(seen, 1) for k, v in sums.items()})
-        reply.metrics.update({"num-examples": len(ctx.train), "samples": seen})
+        reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

@@ -10,6 +10,7 @@ from torch.func import functional_call
 
 from fedshift.algorithms._common import (
     average_replies,
+    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
@@ -307,12 +308,5 @@ class FedDGELCFS(Algorithm):
                 meta_total += float(loss_meta.detach()) * len(x)
                 seen += len(x)
         reply = model_record(model)
-        reply.metrics.update(
-            {
-                "loss": total / max(seen, 1),
-                "meta_loss": meta_total / max(seen, 1),
-                "num-examples": len(ctx.train),
-                "samples": seen,
-            }
-        )
+        reply.metrics.update(local_metrics(ctx, seen, loss=total, meta_loss=meta_total))
         return reply

@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import make_optimizer, state_dict_cpu, weighted_metric
+from fedshift.algorithms._common import (
+    local_metrics,
+    make_optimizer,
+    state_dict_cpu,
+    weighted_metric,
+)
 from fedshift.config import ConfigError
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
@@ -241,6 +246,5 @@ class FedSR(Algorithm):
         reply = Record().with_arrays("model", state_dict_cpu(model))
         if hp.share_reference:
             reply.with_arrays("reference", {"mu": ctx.state["r_mu"], "sigma": ctx.state["r_sigma"]})
-        reply.metrics.update({k: v / max(seen, 1) for k, v in sums.items()})
-        reply.metrics.update({"num-examples": len(ctx.train), "samples": seen})
+        reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
     average_replies,
+    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
@@ -263,12 +264,5 @@ class FPL(Algorithm):
             protos = {c: (sums[c] / counts[c]).to(torch.float32) for c in sorted(sums)}
         reply = model_record(model)
         reply.arrays.update(prototype_arrays(protos))
-        reply.metrics.update(
-            {
-                "loss": total / max(seen, 1),
-                "prototype_loss": proto_total / max(seen, 1),
-                "num-examples": len(ctx.train),
-                "samples": seen,
-            }
-        )
+        reply.metrics.update(local_metrics(ctx, seen, loss=total, prototype_loss=proto_total))
         return reply

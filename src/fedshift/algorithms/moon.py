@@ -11,6 +11,7 @@ from torch import nn
 
 from fedshift.algorithms._common import (
     average_replies,
+    local_metrics,
     make_optimizer,
     state_dict_cpu,
     weighted_metric,
@@ -179,12 +180,5 @@ class Moon(Algorithm):
                 seen += len(x)
         ctx.state["previous_model"] = state_dict_cpu(model)
         reply = Record().with_arrays("model", state_dict_cpu(model))
-        reply.metrics.update(
-            {
-                "loss": total / max(seen, 1),
-                "contrastive": contrast / max(seen, 1),
-                "num-examples": len(ctx.train),
-                "samples": seen,
-            }
-        )
+        reply.metrics.update(local_metrics(ctx, seen, loss=total, contrastive=contrast))
         return reply

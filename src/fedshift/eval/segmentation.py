@@ -97,7 +97,7 @@ def train_segmentation(
     epochs: int | None = None,
 ) -> dict[str, float]:
     """Soft-Dice SGD on the client's masks (the segmentation twin of ``train_supervised``)."""
-    from fedshift.algorithms._common import make_optimizer, penalized_step
+    from fedshift.algorithms._common import local_metrics, make_optimizer, penalized_step
 
     cfg = ctx.train_cfg
     epochs = cfg.local_epochs if epochs is None else epochs
@@ -109,7 +109,7 @@ def train_segmentation(
             loss = soft_dice_loss(torch.sigmoid(model(x)), target)
             total += penalized_step(optimizer, model, loss, penalty) * len(x)
             seen += len(x)
-    return {"loss": total / max(seen, 1), "num-examples": len(ctx.train), "samples": seen}
+    return local_metrics(ctx, seen, loss=total)
 
 
 @torch.no_grad()
