@@ -2,7 +2,8 @@
 # The 3-seed result tables of the method issues, each next to its baselines in the same
 # setting. Resumable (each sweep skips finished runs and resumes interrupted ones).
 #   bash benchmarks/method_tables.sh [OUT_ROOT] [SECTION...]
-# Sections: label-skew, per-domain, lodo, segmentation, perada, personalized, uda.
+# Sections: label-skew, per-domain, lodo, lodo-official, segmentation, perada, personalized,
+# uda.
 # Every run uses one torch thread (results are bit-identical only for the same thread
 # count), so two sweeps can share a 2-core machine. CPU cost per run, measured with two runs
 # side by side: label-skew 1.5-4 min; per-domain 2-3.5 min; lodo 30 rounds: fedavg/fedsr/
@@ -11,7 +12,7 @@
 # lodo/segmentation columns; a GPU (--set device=cuda) is much faster.
 set -euo pipefail
 root=${1:-runs/tables}; shift || true
-sections=${*:-label-skew per-domain lodo segmentation perada personalized uda}
+sections=${*:-label-skew per-domain lodo lodo-official segmentation perada personalized uda}
 seeds=${SEEDS:-0,1,2}
 targets=${TARGETS:-mnistm}
 one=(--set threads=1)
@@ -42,6 +43,13 @@ for section in $sections; do
         --out "$root/lodo" --quiet
       fedshift sweep -a fedga,ditto,feddg-elcfs,fedadg,ccst -t $targets --seeds $seeds \
         --rounds 30 "${one[@]}" --out "$root/lodo" --quiet ;;
+    lodo-official)  # FedGA and FedADG as their official code runs them (issue 6 ablation)
+      fedshift sweep -a fedga -t $targets --seeds $seeds --rounds 30 "${one[@]}" \
+        --set algo.variant=official --set algo.gap_metric=accuracy \
+        --out "$root/lodo-fedga-official" --quiet
+      fedshift sweep -a fedadg -t $targets --seeds $seeds --rounds 30 "${one[@]}" \
+        --set algo.variant=official --set algo.label_value=0.7 \
+        --set algo.share_discriminator=false --out "$root/lodo-fedadg-official" --quiet ;;
     segmentation)  # FedDG-ELCFS vs FedAvg on digit-foreground segmentation, Dice (issue 6)
       fedshift sweep -a fedavg,feddg-elcfs -t $targets --seeds $seeds --rounds "${SEG_ROUNDS:-10}" \
         --set task=segmentation --set model=unet "${one[@]}" --out "$root/segmentation" --quiet ;;
@@ -63,7 +71,7 @@ for section in $sections; do
         --rounds 30 --set sources=mnist,mnistm,optdigits --set clients_per_domain=2 \
         --set partition=dirichlet "${one[@]}" --out "$root/personalized" --quiet ;;
     uda)  # FACT / FACT-NF / FADA vs source-only references (issue 5)
-      bash "$(dirname "$0")/uda_table.sh" "$root/uda" 100 ;;
+      bash "$(dirname "$0")/uda_table.sh" "$root/uda" ;;
     *) echo "unknown section $section" >&2; exit 2 ;;
   esac
 done
