@@ -167,20 +167,18 @@ class FACT(Algorithm):
             metrics["finetune_loss"] = weighted_metric(tuned, "loss")
         else:
             heads = [split_generator_head(trained[c].subset("model"))[1] for c in pair]
-        if not self.hp.adapt_target:
-            state.model = {**aggregated, **average_heads(heads)}
-            state.extra["heads"] = heads
-            return state, metrics
-        to_target = Record().with_arrays("model", aggregated)
-        to_target.with_arrays("heads.0", heads[0]).with_arrays("heads.1", heads[1])
-        adapted = fed.call("idd", fed.clients("target"), to_target)
-        if not adapted:
-            return state, metrics
-        generator = aggregate_generators([r.subset("model") for r in adapted.values()])
+        generator = aggregated
+        if self.hp.adapt_target:
+            to_target = Record().with_arrays("model", aggregated)
+            to_target.with_arrays("heads.0", heads[0]).with_arrays("heads.1", heads[1])
+            adapted = fed.call("idd", fed.clients("target"), to_target)
+            if not adapted:
+                return state, metrics
+            generator = aggregate_generators([r.subset("model") for r in adapted.values()])
+            idd = sum(float(r.metrics["idd"]) for r in adapted.values()) / len(adapted)
+            metrics.update(idd=idd, selection_score=idd)
         state.model = {**generator, **average_heads(heads)}
         state.extra["heads"] = heads
-        idd = sum(float(r.metrics["idd"]) for r in adapted.values()) / len(adapted)
-        metrics.update(idd=idd, selection_score=idd)
         return state, metrics
 
     def global_model(self, state: ServerState) -> nn.Module | None:
