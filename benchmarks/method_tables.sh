@@ -22,6 +22,12 @@ skew=(--protocol personalized -d digits-dg:mnist --set partition=nway-kshot
 per_domain=(--protocol per-domain --rounds 30 --set clients_per_domain=5
             --set client_data_fraction=0.3 "${one[@]}")
 
+syn_backbone() {  # the public pretraining step PerAda starts from (syn, 10 epochs)
+  mkdir -p "$root/backbones"
+  [ -f "$root/backbones/cnn-syn.pt" ] || \
+    fedshift pretrain --domain syn --out "$root/backbones/cnn-syn.pt" --epochs 10
+}
+
 for section in $sections; do
   case $section in
     label-skew)  # FedProto / BD-FedProto / MOON vs FedAvg and local, N-way K-shot (issue 3)
@@ -54,9 +60,7 @@ for section in $sections; do
       fedshift sweep -a fedavg,feddg-elcfs -t $targets --seeds $seeds --rounds "${SEG_ROUNDS:-10}" \
         --set task=segmentation --set model=unet "${one[@]}" --out "$root/segmentation" --quiet ;;
     perada)  # PerAda on a backbone pretrained on syn, which then stays out of the federation
-      mkdir -p "$root/backbones"
-      [ -f "$root/backbones/cnn-syn.pt" ] || \
-        fedshift pretrain --domain syn --out "$root/backbones/cnn-syn.pt" --epochs 10
+      syn_backbone
       for t in mnist mnistm optdigits; do
         s=$(echo mnist,mnistm,optdigits | tr , '\n' | grep -vx "$t" | paste -sd,)
         fedshift sweep -a perada -t "$t" --seeds $seeds --rounds 30 --set sources="$s" \
@@ -67,9 +71,13 @@ for section in $sections; do
           --out "$root/perada-fedavg" --quiet
       done ;;
     personalized)  # Ditto / PerAda personalized accuracy vs FedAvg and local
-      fedshift sweep -a fedavg,ditto,local --protocol personalized -t clients --seeds $seeds \
-        --rounds 30 --set sources=mnist,mnistm,optdigits --set clients_per_domain=2 \
-        --set partition=dirichlet "${one[@]}" --out "$root/personalized" --quiet ;;
+      personal=(--protocol personalized -t clients --seeds $seeds --rounds 30
+                --set sources=mnist,mnistm,optdigits --set clients_per_domain=2
+                --set partition=dirichlet "${one[@]}" --out "$root/personalized" --quiet)
+      fedshift sweep -a fedavg,ditto,local "${personal[@]}"
+      syn_backbone
+      fedshift sweep -a perada "${personal[@]}" --set server_data=syn \
+        --set algo.backbone="$root/backbones/cnn-syn.pt" ;;
     uda)  # FACT / FACT-NF / FADA vs source-only references (issue 5)
       bash "$(dirname "$0")/uda_table.sh" "$root/uda" ;;
     *) echo "unknown section $section" >&2; exit 2 ;;
