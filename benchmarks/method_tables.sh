@@ -6,9 +6,10 @@
 # uda.
 # Every run uses one torch thread (results are bit-identical only for the same thread
 # count), so two sweeps can share a 2-core machine. CPU cost per run, measured with two runs
-# side by side: label-skew 1.5-4 min; per-domain 2-3.5 min; lodo 30 rounds: fedavg/fedsr/
-# fedga/ditto 4-7 min, fedadg 11 min, feddg-elcfs 17 min, ccst longer; segmentation (unet)
-# ~45 s per FedAvg round. TARGETS (default mnistm) and SEEDS (default 0,1,2) override the
+# side by side: label-skew 1.5-4 min; per-domain 2-3.5 min; lodo 30 rounds: fedga 4 min,
+# fedavg/fedsr/ditto/local 4-7 min, fedadg 9-11 min, ccst 9-12 min, feddg-elcfs 14-17 min;
+# perada 6 min (fedavg from its backbone 2.5 min); segmentation, 10 rounds of the unet:
+# fedavg 3 min, feddg-elcfs 11 min. TARGETS (default mnistm) and SEEDS (default 0,1,2) override the
 # lodo/segmentation columns; a GPU (--set device=cuda) is much faster.
 set -euo pipefail
 root=${1:-runs/tables}; shift || true
