@@ -5,7 +5,8 @@
 # Sections: label-skew, per-domain, lodo, lodo-official, segmentation, perada, personalized,
 # uda.
 # Every run uses one torch thread (results are bit-identical only for the same thread
-# count), so two sweeps can share a 2-core machine. CPU cost per run, measured with two runs
+# count), so two sweeps can share a 2-core machine: start the same command twice side by
+# side and each skips the runs the other is writing. CPU cost per run, measured with two runs
 # side by side: label-skew 1.5-4 min; per-domain 2-3.5 min; lodo 30 rounds: fedga 4 min,
 # fedavg/fedsr/ditto/local 4-7 min, fedadg 9-11 min, ccst 9-12 min, feddg-elcfs 14-17 min;
 # perada 6 min (fedavg from its backbone 2.5 min); segmentation, 10 rounds of the unet:

@@ -37,6 +37,7 @@ from fedshift.core.state import (
 from fedshift.data import load_dataset
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.engine.protocol_personalized import global_model_on_clients
+from fedshift.engine.rundir import claim_run_dir, run_dir_contents
 from fedshift.engine.simulation import SimulationFederation
 from fedshift.engine.task import FederatedTask, build_task, server_images
 from fedshift.eval.metrics import accuracy, select_round
@@ -602,11 +603,12 @@ def run_experiment(
         out_dir = Path(out)
         if resume and not (out_dir / "checkpoint.pt").exists():
             raise CheckpointError(f"cannot resume: no checkpoint.pt in {out_dir}")
-        if not resume and out_dir.exists() and any(out_dir.iterdir()):
+    with claim_run_dir(out_dir):
+        if not resume and run_dir_contents(out_dir):
             raise ConfigError(
                 f"run directory {out_dir} is not empty; "
                 "use --resume to continue it or another --out"
             )
-    fed = federation(exp) if federation is not None else None
-    runner = Runner(exp, out_dir, progress=progress, fed=fed)
-    return runner.run(resume=resume, stop_after=stop_after), out_dir
+        fed = federation(exp) if federation is not None else None
+        runner = Runner(exp, out_dir, progress=progress, fed=fed)
+        return runner.run(resume=resume, stop_after=stop_after), out_dir

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from fedshift.config import resolve
+from fedshift.engine.rundir import RunDirectoryBusy, claim_run_dir, clear_run_dir
 from fedshift.engine.runner import run_experiment
 
 
@@ -25,8 +25,10 @@ def sweep(
     """Run every combination into ``out/<algo>-<target>-s<seed>``.
 
     Finished runs (with ``summary.json``) are read back, interrupted ones (with a checkpoint)
-    are resumed, the rest start fresh — so re-running the same sweep continues it. Every
-    configuration is resolved before the first run, so a bad name fails before any work.
+    are resumed, the rest start fresh — so re-running the same sweep continues it. A run
+    another process is writing is skipped, so two sweeps of the same plan share its runs.
+    Every configuration is resolved before the first run, so a bad name fails before any
+    work.
     """
     out = Path(out)
     plan = []
@@ -45,11 +47,19 @@ def sweep(
         if done.exists():
             summaries.append(json.loads(done.read_text()))
             continue
-        resume = (run_dir / "checkpoint.pt").exists()
-        if run_dir.exists() and not resume:
-            shutil.rmtree(run_dir)  # killed before its first checkpoint: nothing to keep
-        if progress:
-            print(f"[{i}/{len(plan)}] {run_dir.name}{' (resuming)' if resume else ''}", flush=True)
-        summary, _ = run_experiment(cfg, run_dir, resume=resume, progress=progress)
-        summaries.append(summary)
+        try:
+            with claim_run_dir(run_dir):
+                if done.exists():  # finished by another sweep while this one waited
+                    summaries.append(json.loads(done.read_text()))
+                    continue
+                resume = (run_dir / "checkpoint.pt").exists()
+                if not resume:
+                    clear_run_dir(run_dir)  # killed before its first checkpoint
+                if progress:
+                    note = " (resuming)" if resume else ""
+                    print(f"[{i}/{len(plan)}] {run_dir.name}{note}", flush=True)
+                summary, _ = run_experiment(cfg, run_dir, resume=resume, progress=progress)
+                summaries.append(summary)
+        except RunDirectoryBusy:
+            print(f"[{i}/{len(plan)}] {run_dir.name}: another process runs it; skipped", flush=True)
     return summaries
