@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,7 +14,14 @@ from fedshift.data.domains import Domain, DomainDataset
 
 @pytest.fixture(scope="session")
 def digits_cache(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("fedshift-cache"))
+    """A temp cache. ``$FEDSHIFT_TEST_CACHE`` may name a folder holding a built digits-dg
+    cache to copy in instead of rebuilding (it is checked against its sha256 like any cache)."""
+    path = tmp_path_factory.mktemp("fedshift-cache")
+    seed = os.environ.get("FEDSHIFT_TEST_CACHE")
+    if seed:
+        for built in Path(seed).glob("digits-dg-*"):
+            shutil.copy(built, path)
+    return str(path)
 
 
 @pytest.fixture(scope="session")

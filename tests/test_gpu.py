@@ -1,0 +1,63 @@
+"""CUDA runs: every algorithm trains on the GPU, its checkpoint resumes on the CPU, and a
+FedAvg round on the GPU matches the CPU's. Marked ``gpu``; skipped where CUDA is absent
+(CI). Run with ``pytest -m gpu``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from test_contract import run
+
+from fedshift.algorithms import REGISTRY
+from fedshift.core.state import load_checkpoint
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+@pytest.fixture
+def exact_cuda_math():
+    """Full fp32 on the GPU (no TF32) so that GPU and CPU results can be compared closely."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("algorithm", list(REGISTRY))
+def test_algorithm_trains_on_cuda_and_resumes_on_cpu(algorithm, tmp_path, tiny_digits):
+    torch.cuda.reset_peak_memory_stats()
+    partial, runner = run(tmp_path, "g", algorithm, tiny_digits, device="cuda", stop_after=2)
+    assert partial == {}
+    assert runner.exp.device.type == "cuda"
+    assert torch.cuda.max_memory_allocated() > 0, "nothing was put on the GPU"
+    # a checkpoint written on the GPU holds CPU tensors: it loads and resumes on a CPU machine
+    ckpt = load_checkpoint(tmp_path / "g" / "checkpoint.pt")
+    assert ckpt["round"] == 2
+    for tensor in ckpt["server"]["model"].values():
+        assert tensor.device.type == "cpu"
+    summary, _ = run(tmp_path, "g", algorithm, tiny_digits, device="cpu", resume=True)
+    history = [json.loads(x) for x in (tmp_path / "g" / "metrics.jsonl").read_text().splitlines()]
+    assert [h["round"] for h in history] == [1, 2, 3]
+    assert all(math.isfinite(h["train_loss"]) for h in history)
+    assert 0.0 <= summary["target_accuracy"] <= 1.0
+
+
+def test_fedavg_round_on_cuda_matches_cpu(tmp_path, tiny_digits, exact_cuda_math):
+    """Same seed, same data order: one FedAvg round gives the same global model on both
+    devices up to float rounding (cuDNN and CPU kernels sum in different orders)."""
+    run(tmp_path, "cpu", "fedavg", tiny_digits, device="cpu", stop_after=1)
+    run(tmp_path, "gpu", "fedavg", tiny_digits, device="cuda", stop_after=1)
+    cpu = load_checkpoint(tmp_path / "cpu" / "checkpoint.pt")["server"]["model"]
+    gpu = load_checkpoint(tmp_path / "gpu" / "checkpoint.pt")["server"]["model"]
+    assert cpu.keys() == gpu.keys()
+    for name, tensor in cpu.items():
+        if tensor.is_floating_point():
+            torch.testing.assert_close(gpu[name], tensor, rtol=1e-4, atol=1e-4, msg=name)
+        else:
+            assert torch.equal(gpu[name], tensor), name
