@@ -11,13 +11,16 @@
 # fedavg/fedsr/ditto/local 4-7 min, fedadg 9-11 min, ccst 9-12 min, feddg-elcfs 14-17 min;
 # perada 6 min (fedavg from its backbone 2.5 min); segmentation, 10 rounds of the unet:
 # fedavg 3 min, feddg-elcfs 11 min. TARGETS (default mnistm) and SEEDS (default 0,1,2) override the
-# lodo/segmentation columns; a GPU (--set device=cuda) is much faster.
+# lodo/segmentation columns. DEVICE=cuda runs on a GPU (default auto: the GPU when there is
+# one); on one H100 with 13 copies of this script side by side, a lodo run took 0.6-4.6 min
+# (fedga fastest, ccst slowest) and the 96 lodo runs of 4 targets plus the perada and
+# personalized sections took 18 minutes together.
 set -euo pipefail
 root=${1:-runs/tables}; shift || true
 sections=${*:-label-skew per-domain lodo lodo-official segmentation perada personalized uda}
 seeds=${SEEDS:-0,1,2}
 targets=${TARGETS:-mnistm}
-one=(--set threads=1)
+one=(--set threads=1 --set device="${DEVICE:-auto}")
 skew=(--protocol personalized -d digits-dg:mnist --set partition=nway-kshot
       --set clients_per_domain=20 --set ways=3 --set shots=15 --set stdev=2
       --set model=fedproto-cnn --set batch_size=8 --set local_epochs=2 "${one[@]}")
@@ -65,9 +68,12 @@ for section in $sections; do
       syn_backbone
       for t in mnist mnistm optdigits; do
         s=$(echo mnist,mnistm,optdigits | tr , '\n' | grep -vx "$t" | paste -sd,)
-        fedshift sweep -a perada -t "$t" --seeds $seeds --rounds 30 --set sources="$s" \
-          --set server_data=syn --set algo.backbone="$root/backbones/cnn-syn.pt" "${one[@]}" \
-          --out "$root/perada" --quiet
+        perada=(-a perada -t "$t" --seeds $seeds --rounds 30 --set sources="$s"
+                --set server_data=syn --set algo.backbone="$root/backbones/cnn-syn.pt" "${one[@]}")
+        fedshift sweep "${perada[@]}" --out "$root/perada" --quiet
+        # ablation: the last KD step, unvalidated
+        fedshift sweep "${perada[@]}" --set algo.kd_selection=last --out "$root/perada-kd-last" \
+          --quiet
         fedshift sweep -a fedavg -t "$t" --seeds $seeds --rounds 30 --set sources="$s" \
           --set model_weights="$root/backbones/cnn-syn.pt" "${one[@]}" \
           --out "$root/perada-fedavg" --quiet
@@ -75,11 +81,16 @@ for section in $sections; do
     personalized)  # Ditto / PerAda personalized accuracy vs FedAvg and local
       personal=(--protocol personalized -t clients --seeds $seeds --rounds 30
                 --set sources=mnist,mnistm,optdigits --set clients_per_domain=2
-                --set partition=dirichlet "${one[@]}" --out "$root/personalized" --quiet)
-      fedshift sweep -a fedavg,ditto,local "${personal[@]}"
+                --set partition=dirichlet "${one[@]}" --quiet)
+      fedshift sweep -a fedavg,ditto,local "${personal[@]}" --out "$root/personalized"
       syn_backbone
-      fedshift sweep -a perada "${personal[@]}" --set server_data=syn \
-        --set algo.backbone="$root/backbones/cnn-syn.pt" ;;
+      bb=(--set server_data=syn --set algo.backbone="$root/backbones/cnn-syn.pt")
+      fedshift sweep -a perada "${personal[@]}" "${bb[@]}" --out "$root/personalized"
+      # ablations: the last KD step unvalidated, and no distillation (plain averaging)
+      fedshift sweep -a perada "${personal[@]}" "${bb[@]}" --set algo.kd_selection=last \
+        --out "$root/personalized-kd-last"
+      fedshift sweep -a perada "${personal[@]}" "${bb[@]}" --set algo.distill=false \
+        --out "$root/personalized-nokd" ;;
     uda)  # FACT / FACT-NF / FADA vs source-only references (issue 5)
       bash "$(dirname "$0")/uda_table.sh" "$root/uda" ;;
     *) echo "unknown section $section" >&2; exit 2 ;;
