@@ -45,6 +45,8 @@ def main() -> None:
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (round 1 is the warm-up)")
     devices = args.devices.split(",")
+    if not devices or not set(devices) <= {"cpu", "cuda"}:
+        parser.error(f"--devices takes cpu and/or cuda, comma-separated; got {args.devices!r}")
     if "cuda" in devices and not torch.cuda.is_available():
         parser.error("CUDA is not available here; use --devices cpu")
 
