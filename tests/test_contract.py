@@ -77,7 +77,7 @@ def test_algorithm_contract(algorithm, tmp_path, tiny_digits):
     assert cls.name == algorithm and cls.paper, "every algorithm names itself and its source"
 
     summary, runner = run(tmp_path, "a", algorithm, tiny_digits)
-    history = _history(tmp_path / "a")
+    history = read_history(tmp_path / "a")
     assert len(history) == ROUNDS
     for entry in history:
         assert math.isfinite(entry["train_loss"]), entry
@@ -111,7 +111,8 @@ def test_algorithm_contract(algorithm, tmp_path, tiny_digits):
                 assert torch.equal(final["clients"][cid][key], value), (cid, key)
 
 
-def _history(run_dir):
+def read_history(run_dir):
+    """The per-round rows of a run directory's ``metrics.jsonl``."""
     import json
 
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
+from test_contract import read_history
 from torch import nn
 
 from fedshift.algorithms._common import proximal_penalty
@@ -205,7 +205,7 @@ def test_elcfs_and_fedavg_segment(tmp_path, tiny_digits):
         assert 0.0 <= summary["target_dice"] <= 1.0
         assert summary["target_dice"] == summary["target_accuracy"]
         assert set(summary["per_domain_dice"]) == set(tiny_digits.domain_names)
-        history = [json.loads(x) for x in (runner.out / "metrics.jsonl").read_text().splitlines()]
+        history = read_history(runner.out)
         assert all(math.isfinite(h["train_loss"]) for h in history)
 
 
@@ -293,8 +293,7 @@ def test_perada_kd_keeps_a_validated_step(tmp_path, tiny_digits, backbone):
 
     def history(name, **extra):
         run(tmp_path, name, tiny_digits, "perada", **settings, **extra)
-        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines]
+        return read_history(tmp_path / name)
 
     # candidates: the average (step 0) and the snapshots after KD steps 2, 4 and 6
     assert all(h["kd_selected_step"] in (0.0, 2.0, 4.0, 6.0) for h in history("val"))

@@ -4,12 +4,11 @@ FedAvg round on the GPU matches the CPU's. Marked ``gpu``; skipped where CUDA is
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 import torch
-from test_contract import run
+from test_contract import read_history, run
 
 from fedshift.algorithms import REGISTRY
 from fedshift.core.state import load_checkpoint
@@ -42,7 +41,7 @@ def test_algorithm_trains_on_cuda_and_resumes_on_cpu(algorithm, tmp_path, tiny_d
     for tensor in ckpt["server"]["model"].values():
         assert tensor.device.type == "cpu"
     summary, _ = run(tmp_path, "g", algorithm, tiny_digits, device="cpu", resume=True)
-    history = [json.loads(x) for x in (tmp_path / "g" / "metrics.jsonl").read_text().splitlines()]
+    history = read_history(tmp_path / "g")
     assert [h["round"] for h in history] == [1, 2, 3]
     assert all(math.isfinite(h["train_loss"]) for h in history)
     assert 0.0 <= summary["target_accuracy"] <= 1.0
