@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from fedshift.config import resolve
-from fedshift.engine.runner import Runner, prepare
+from fedshift.engine.assembly import prepare
+from fedshift.engine.runner import Runner
 
 DEFAULT_ALGORITHMS = "fedavg,fedsr,fedga,ditto,fedadg,ccst,feddg-elcfs"
 

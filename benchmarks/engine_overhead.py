@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.config import resolve
-from fedshift.engine.runner import Runner, prepare
+from fedshift.engine.assembly import prepare
+from fedshift.engine.runner import Runner
 
 
 def bare_loop(exp, rounds: int) -> tuple[int, float]:

@@ -19,14 +19,16 @@ from fedshift.algorithms.fedadg import (
     generator_loss,
 )
 from fedshift.algorithms.fedga import FedGA, FedGAHparams, ga_update, validation_error
-from fedshift.config import ConfigError, resolve
+from fedshift.config import resolve
 from fedshift.core.algorithm import RunInfo
-from fedshift.core.context import ClientContext, ClientData, TrainConfig
+from fedshift.core.context import ClientContext, SplitView, TrainConfig
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.record import Record
 from fedshift.core.state import ServerState
 from fedshift.data.domains import Split
-from fedshift.engine.runner import Runner, prepare
+from fedshift.engine.assembly import prepare
+from fedshift.engine.runner import Runner
 from fedshift.models import build_model
 from fedshift.models.adain import (
     ADAIN_EPS,
@@ -63,7 +65,7 @@ def client_context(x: torch.Tensor, client_id: int = 0, seed: int = 0) -> Client
         name=f"c{client_id}",
         domain="d",
         role="source",
-        train=ClientData(split, True, torch.device("cpu")),
+        train=SplitView(split, True, torch.device("cpu")),
         val=None,
         test=None,
         num_classes=10,
@@ -290,7 +292,7 @@ def test_fedga_rejects_unknown_base_and_variant():
 def test_fedga_validation_error_is_loss_or_error_rate():
     """Logits equal to the input, uint8 255 / 0 -> 1 / -1: rows [1, -1], [-1, 1], [-1, 1]
     with labels 0, 0, 1, so two right with margin 2 and one wrong."""
-    data = ClientData(
+    data = SplitView(
         Split(
             x=torch.tensor([[255, 0], [0, 255], [0, 255]], dtype=torch.uint8).reshape(3, 2, 1, 1),
             y=torch.tensor([0, 0, 1]),

@@ -10,7 +10,8 @@ import torch
 from fedshift.algorithms import REGISTRY
 from fedshift.config import resolve
 from fedshift.core.state import load_checkpoint
-from fedshift.engine.runner import Runner, prepare
+from fedshift.engine.assembly import prepare
+from fedshift.engine.runner import Runner
 from fedshift.pretrain import pretrain
 
 ROUNDS = 3

@@ -17,10 +17,12 @@ from fedshift.algorithms.feddg_elcfs import (
     region_embeddings,
 )
 from fedshift.algorithms.perada import kd_loss, select_candidate
-from fedshift.config import ConfigError, resolve
+from fedshift.config import resolve
+from fedshift.core.errors import ConfigError
 from fedshift.core.record import Kind, Record
-from fedshift.engine.runner import Runner, prepare
-from fedshift.engine.simulation import check_shapes
+from fedshift.engine.assembly import prepare
+from fedshift.engine.federation import check_shapes
+from fedshift.engine.runner import Runner
 from fedshift.eval.segmentation import boundary_regions, dice_per_image, soft_dice_loss
 from fedshift.models import build_model
 from fedshift.pretrain import pretrain, read_sidecar
@@ -184,13 +186,14 @@ def test_unet_shapes():
 @pytest.mark.parametrize(
     ("algorithm", "settings", "message"),
     [
-        ("fedavg", {"task": "segmentation"}, "needs a segmentation model"),
-        ("ditto", {"task": "segmentation", "model": "unet"}, "does not support task"),
-        ("fedavg", {"model": "unet"}, "use it with task=segmentation"),
-        ("fedavg", {"task": "detection"}, "unknown task"),
+        ("fedavg", {"problem": "segmentation"}, "needs a segmentation model"),
+        ("ditto", {"problem": "segmentation", "model": "unet"}, "does not support problem"),
+        ("fedavg", {"model": "unet"}, "use it with problem=segmentation"),
+        ("fedavg", {"problem": "detection"}, "unknown problem"),
+        ("fedavg", {"task": "detection"}, "unknown problem"),  # the old key name still works
     ],
 )
-def test_task_errors(algorithm, settings, message):
+def test_problem_errors(algorithm, settings, message):
     with pytest.raises(ConfigError, match=message):
         cfg(algorithm, **settings)
 
@@ -199,7 +202,7 @@ def test_task_errors(algorithm, settings, message):
 
 
 def test_elcfs_and_fedavg_segment(tmp_path, tiny_digits):
-    settings = {"task": "segmentation", "model": "unet", "rounds": 1, "sources": "mnist,syn"}
+    settings = {"problem": "segmentation", "model": "unet", "rounds": 1, "sources": "mnist,syn"}
     for algorithm in ("fedavg", "feddg-elcfs"):
         summary, runner = run(tmp_path, algorithm, tiny_digits, algorithm, **settings)
         assert 0.0 <= summary["target_dice"] <= 1.0

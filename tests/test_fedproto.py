@@ -24,10 +24,12 @@ from fedshift.algorithms.bd_fedproto import (
     confidence,
     negative_loss,
 )
-from fedshift.config import ConfigError, make_hparams, resolve
-from fedshift.core.context import ClientData
+from fedshift.config import make_hparams, resolve
+from fedshift.core.context import SplitView
+from fedshift.core.errors import ConfigError
 from fedshift.data.domains import Domain, DomainDataset, Split
-from fedshift.engine.runner import Runner, prepare
+from fedshift.engine.assembly import prepare
+from fedshift.engine.runner import Runner
 from fedshift.models import FedModel
 from fedshift.models.registry import parse_variants, variant_of_client
 
@@ -55,7 +57,7 @@ def test_class_prototypes_are_per_class_feature_means_in_eval_mode():
     model = FedModel(nn.Flatten(), nn.Linear(1, 2), embed_dim=1, num_classes=2)
     model.train()
     x = torch.tensor([0, 255, 255, 255], dtype=torch.uint8).view(4, 1, 1, 1)  # -> -1, 1, 1, 1
-    data = ClientData(Split(x=x, y=torch.tensor([0, 0, 1, 1])), True, torch.device("cpu"))
+    data = SplitView(Split(x=x, y=torch.tensor([0, 0, 1, 1])), True, torch.device("cpu"))
     protos, counts = class_prototypes(model, data, torch.device("cpu"), batch_size=3)
     assert counts == {0: 2, 1: 2}
     assert torch.equal(protos[0], t([0.0])) and torch.equal(protos[1], t([1.0]))
@@ -263,11 +265,11 @@ def test_hparams_reject_unknown_inference():
 
 
 def test_tsne_plot_rebuilds_the_run_and_marks_global_prototypes(tmp_path, synthetic, monkeypatch):
-    from fedshift.engine import runner
+    from fedshift.engine import assembly
     from fedshift.report import tsne
 
     _run(tmp_path, synthetic, "fedproto", "plot", rounds=1)
-    monkeypatch.setattr(runner, "load_dataset", lambda *a, **k: synthetic)
+    monkeypatch.setattr(assembly, "load_dataset", lambda *a, **k: synthetic)
     exp, state, round_ = tsne.load_run(tmp_path / "plot")
     embedding = tsne.collect(exp, state, per_client=5)
     assert round_ == 1 and embedding.prototypes_are_global

@@ -29,12 +29,17 @@ from flwr.app import ArrayRecord, Context, Message, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
 from fedshift.algorithms import REGISTRY  # noqa: E402
-from fedshift.config import RUN_KEYS, ConfigError  # noqa: E402
-from fedshift.core.algorithm import Algorithm, NoHparams, client_task  # noqa: E402
-from fedshift.core.federation import RoundFailed  # noqa: E402
+from fedshift.core.algorithm import Algorithm, client_task  # noqa: E402
+from fedshift.core.errors import (
+    CheckpointError,  # noqa: E402
+    ConfigError,  # noqa: E402
+    RoundFailed,  # noqa: E402
+)
+from fedshift.core.hparams import NoHparams  # noqa: E402
 from fedshift.core.record import Kind, Record  # noqa: E402
 from fedshift.core.reduce import weighted_mean  # noqa: E402
-from fedshift.core.state import CheckpointError, load_checkpoint  # noqa: E402
+from fedshift.core.runconfig import RUN_KEYS  # noqa: E402
+from fedshift.core.state import load_checkpoint  # noqa: E402
 from fedshift.engine.flower import clientapp  # noqa: E402
 from fedshift.engine.flower.convert import (  # noqa: E402
     ConversionError,

@@ -21,9 +21,11 @@ from fedshift.algorithms.fpl import (
     upcr_loss,
 )
 from fedshift.algorithms.moon import Moon, MoonNet, model_contrastive_loss
-from fedshift.config import ConfigError, resolve
-from fedshift.engine.runner import Runner, prepare
-from fedshift.engine.task import build_task
+from fedshift.config import resolve
+from fedshift.core.errors import ConfigError
+from fedshift.engine.assembly import prepare
+from fedshift.engine.protocols import build_scenario
+from fedshift.engine.runner import Runner
 
 
 def close(actual, expected, tol=1e-6) -> bool:
@@ -158,7 +160,7 @@ def test_fpl_finch_partition_levels_and_small_classes():
 def test_per_domain_clients_and_targets(digits):
     cfg = resolve(None, {"protocol": "per-domain"}, ["clients_per_domain=2"])
     assert cfg.target == "all"
-    task = build_task(cfg, digits, pooled=False)
+    task = build_scenario(cfg, digits, pooled=False)
     assert task.targets == task.sources == digits.domain_names
     assert [c.domain for c in task.clients] == [d for d in digits.domain_names for _ in (0, 1)]
     for name in digits.domain_names:
@@ -167,13 +169,13 @@ def test_per_domain_clients_and_targets(digits):
         assert all(c.role == "source" for c in mine)
 
     subset = resolve(None, {"protocol": "per-domain", "sources": "mnist,syn"}, [])
-    assert build_task(subset, digits, pooled=False).targets == ["mnist", "syn"]
+    assert build_scenario(subset, digits, pooled=False).targets == ["mnist", "syn"]
     with pytest.raises(ConfigError, match="--target all"):
-        build_task(
+        build_scenario(
             resolve(None, {"protocol": "per-domain", "target": "mnist"}, []), digits, pooled=False
         )
     with pytest.raises(ConfigError, match="unknown domain"):
-        build_task(
+        build_scenario(
             resolve(None, {"protocol": "per-domain", "sources": "usps"}, []), digits, pooled=False
         )
 
@@ -181,9 +183,11 @@ def test_per_domain_clients_and_targets(digits):
 def test_client_data_fraction(digits):
     settings = ["clients_per_domain=2", "client_data_fraction=0.05"]
     cfg = resolve(None, {"protocol": "per-domain"}, settings)
-    full = build_task(resolve(None, {"protocol": "per-domain"}, settings[:1]), digits, pooled=False)
-    small = build_task(cfg, digits, pooled=False)
-    again = build_task(cfg, digits, pooled=False)
+    full = build_scenario(
+        resolve(None, {"protocol": "per-domain"}, settings[:1]), digits, pooled=False
+    )
+    small = build_scenario(cfg, digits, pooled=False)
+    again = build_scenario(cfg, digits, pooled=False)
     for whole, part, same in zip(full.clients, small.clients, again.clients, strict=True):
         assert len(part.train) == round(0.05 * len(whole.train))
         assert len(part.val) == len(whole.val) and len(part.test) == len(whole.test)

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedshift.config import ConfigError, resolve
+from fedshift.config import resolve
+from fedshift.core.errors import ConfigError
 from fedshift.data import registry
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.partition import partition_domains
-from fedshift.engine.task import build_task
+from fedshift.engine.protocols import build_scenario
 
 CLASSES = 6
 
@@ -138,7 +139,7 @@ def test_personalized_protocol_tests_each_client_on_its_own_classes():
     cfg = personalized_cfg(partition="nway-kshot", clients_per_domain=3, ways=2, shots=5, stdev=1)
     assert cfg.target == "clients"
     ds = make_dataset()
-    task = build_task(cfg, ds, pooled=False)
+    task = build_scenario(cfg, ds, pooled=False)
     assert task.per_client and len(task.clients) == 6
     for client in task.clients:
         own = set(torch.unique(client.train.y).tolist())
@@ -151,7 +152,9 @@ def test_personalized_protocol_tests_each_client_on_its_own_classes():
 
 def test_personalized_protocol_with_dirichlet_keeps_test_labels_within_train_labels():
     cfg = personalized_cfg(partition="dirichlet", dirichlet_alpha=0.1, clients_per_domain=3)
-    task = build_task(cfg, registry.restrict_domains(make_dataset(train=40), ["a"]), pooled=False)
+    task = build_scenario(
+        cfg, registry.restrict_domains(make_dataset(train=40), ["a"]), pooled=False
+    )
     for client in task.clients:
         own = set(torch.unique(client.train.y).tolist())
         assert set(torch.unique(client.test.y).tolist()) <= own
@@ -160,4 +163,4 @@ def test_personalized_protocol_with_dirichlet_keeps_test_labels_within_train_lab
 def test_personalized_protocol_rejects_a_held_out_target():
     cfg = personalized_cfg(target="a")
     with pytest.raises(ConfigError, match="own test share"):
-        build_task(cfg, make_dataset(), pooled=False)
+        build_scenario(cfg, make_dataset(), pooled=False)

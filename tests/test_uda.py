@@ -25,14 +25,17 @@ from fedshift.algorithms.fada import (
     mine_lower_bound,
     negative_entropy,
 )
-from fedshift.config import ConfigError, resolve
+from fedshift.config import resolve
 from fedshift.core.context import LabelAccessError
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.record import Record
 from fedshift.core.state import ServerState
+from fedshift.engine.assembly import prepare
 from fedshift.engine.protocol_msst import NO_LABEL
-from fedshift.engine.runner import Runner, prepare, select_by_score
-from fedshift.engine.task import pool_clients
+from fedshift.engine.runner import Runner
+from fedshift.engine.scenario import pool_clients
+from fedshift.engine.selection import score_selection
 from fedshift.models.base import FedModel
 
 
@@ -207,10 +210,10 @@ def test_fada_losses_and_attention():
 def test_msst_clients_and_label_safety(tiny_digits):
     exp = prepare(msst_cfg("fact", clients_per_domain=2), dataset=tiny_digits)
     sources = [d for d in tiny_digits.domain_names if d != "optdigits"]
-    assert exp.task.sources == sources and exp.task.targets == ["optdigits"]
-    roles = [(c.domain, c.role) for c in exp.task.clients]
+    assert exp.scenario.sources == sources and exp.scenario.targets == ["optdigits"]
+    roles = [(c.domain, c.role) for c in exp.scenario.clients]
     assert roles == [(d, "source") for d in sources for _ in range(2)] + [("optdigits", "target")]
-    target = exp.task.clients[-1]
+    target = exp.scenario.clients[-1]
     ctx = exp.contexts[target.client_id]
     assert ctx.role == "target" and not ctx.labeled
     for view in (ctx.train, ctx.val, ctx.test):
@@ -233,12 +236,14 @@ def test_msst_clients_and_label_safety(tiny_digits):
 def test_msst_sources_only_for_fedavg_and_centralized(tmp_path, tiny_digits):
     exp = prepare(msst_cfg("fedavg"), dataset=tiny_digits)
     runner = Runner(exp, tmp_path, progress=False)
-    target_id = exp.task.clients[-1].client_id
+    target_id = exp.scenario.clients[-1].client_id
     assert target_id not in runner.fed.sample() and runner.fed.clients("target") == [target_id]
-    pooled = pool_clients(exp.task.clients, "+".join(exp.task.sources))
-    assert len(pooled.train) == sum(len(c.train) for c in exp.task.clients if c.role == "source")
+    pooled = pool_clients(exp.scenario.clients, "+".join(exp.scenario.sources))
+    assert len(pooled.train) == sum(
+        len(c.train) for c in exp.scenario.clients if c.role == "source"
+    )
     central = prepare(msst_cfg("centralized"), dataset=tiny_digits)
-    assert [c.role for c in central.task.clients] == ["source"]
+    assert [c.role for c in central.scenario.clients] == ["source"]
 
 
 def test_protocol_support_is_checked():
@@ -249,16 +254,16 @@ def test_protocol_support_is_checked():
 
 
 # -- min-IDD model selection --------------------------------------------------------------
-def test_select_by_score_picks_the_lowest_first():
+def test_score_selection_picks_the_lowest_first():
     history = [
         {"round": 1, "target_accuracy": 0.1, "selection_score": 0.3},
         {"round": 2, "target_accuracy": 0.5, "selection_score": 0.1},
         {"round": 3, "target_accuracy": 0.7, "selection_score": 0.1},
         {"round": 4, "target_accuracy": 0.9},
     ]
-    assert select_by_score(history)["round"] == 2
-    assert select_by_score(history, lower_is_better=False)["round"] == 1
-    assert select_by_score([{"round": 1, "target_accuracy": 0.2}]) is None
+    assert score_selection("min_idd").pick(history)["round"] == 2
+    assert score_selection("max", lower_is_better=False).pick(history)["round"] == 1
+    assert score_selection("min_idd").pick([{"round": 1, "target_accuracy": 0.2}]) is None
 
 
 def test_fact_nf_run_reports_min_idd_selection(tmp_path, tiny_digits):

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from fedshift.config import ConfigError
+from fedshift.core.errors import ConfigError
 
 EXIT_USAGE = 2
 
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedshift.config import resolve
-    from fedshift.core.state import CheckpointError
+    from fedshift.core.errors import CheckpointError
     from fedshift.engine.runner import run_experiment
     from fedshift.report.table import format_summary
 
@@ -150,7 +150,7 @@ def _csv(text: str) -> list[str]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedshift.core.state import CheckpointError
+    from fedshift.core.errors import CheckpointError
     from fedshift.engine.sweep import sweep
     from fedshift.report.aggregate import markdown, table
 
@@ -229,8 +229,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
+    from fedshift.core.errors import DatasetError
     from fedshift.data import load_dataset
-    from fedshift.data.domains import DatasetError
     from fedshift.data.preview import save_sample_grid
 
     try:
@@ -244,7 +244,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedshift.core.state import CheckpointError
+    from fedshift.core.errors import CheckpointError
     from fedshift.report.tsne import plot_tsne
 
     try:
@@ -257,9 +257,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
+    from fedshift.core.errors import DatasetError
     from fedshift.data import load_dataset
-    from fedshift.data.domains import DatasetError
-    from fedshift.engine.runner import resolve_device
+    from fedshift.engine.assembly import resolve_device
     from fedshift.pretrain import pretrain
 
     try:

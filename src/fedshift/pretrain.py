@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedshift.core.context import to_input
 from fedshift.core.seeding import derive_seed
+from fedshift.core.split import to_input
 from fedshift.core.state import atomic_save
 from fedshift.data.domains import DomainDataset
 from fedshift.eval.metrics import accuracy

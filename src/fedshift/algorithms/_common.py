@@ -1,17 +1,25 @@
-"""Small helpers shared by algorithms: model (de)serialization and a local SGD loop."""
+"""Small helpers shared by algorithms: model (de)serialization, the local-step loop, the
+supervised and segmentation local objectives and FedAvg's round."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from fedshift.core.context import ClientContext, TrainConfig
+from fedshift.core.federation import Federation
 from fedshift.core.record import Record
 from fedshift.core.reduce import weighted_mean
+from fedshift.core.state import ServerState
+from fedshift.eval.segmentation import mask_batches, soft_dice_loss
 
 Penalty = Callable[[torch.nn.Module], torch.Tensor]
+#: one batch's loss: ``(x, y) -> loss`` or ``(x, y) -> (loss, {name: term})``; the named
+#: terms are reported (batch-size-weighted means) beside ``loss``
+StepLoss = Callable[[torch.Tensor, Any], torch.Tensor | tuple[torch.Tensor, dict[str, Any]]]
 
 
 def state_dict_cpu(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -47,6 +55,38 @@ def make_optimizer(params, cfg: TrainConfig, lr: float | None = None) -> torch.o
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose one of: sgd, adam")
 
 
+def fit(
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    batches: Callable[[], Iterable[tuple[torch.Tensor, Any]]],
+    step_loss: StepLoss,
+    *,
+    min_batch: int = 2,
+) -> tuple[dict[str, float], int]:
+    """The local-step loop every algorithm shares: for each of ``epochs`` passes over
+    ``batches()``, one optimizer step on ``step_loss(x, y)`` per batch.
+
+    Batches smaller than ``min_batch`` are skipped (BatchNorm cannot train on a single
+    sample). Returns the batch-size-weighted sums of ``loss`` and of each named term, and
+    the number of samples seen (:func:`local_metrics` turns them into a reply's metrics).
+    """
+    sums: dict[str, float] = {}
+    seen = 0
+    for _ in range(epochs):
+        for x, y in batches():
+            if len(x) < min_batch:
+                continue
+            out = step_loss(x, y)
+            loss, terms = out if isinstance(out, tuple) else (out, {})
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            for key, value in {"loss": loss, **terms}.items():
+                sums[key] = sums.get(key, 0.0) + float(value.detach()) * len(x)
+            seen += len(x)
+    return sums, seen
+
+
 def train_supervised(
     model: torch.nn.Module,
     ctx: ClientContext,
@@ -61,33 +101,48 @@ def train_supervised(
     Returns the mean loss, the split size (``num-examples``) and samples processed.
     """
     cfg = ctx.train_cfg
-    epochs = cfg.local_epochs if epochs is None else epochs
     model.to(ctx.device).train()
-    optimizer = make_optimizer(model.parameters(), cfg)
-    total, seen = 0.0, 0
-    for _ in range(epochs):
-        for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
-            if len(x) < 2:
-                continue
-            loss = F.cross_entropy(model(x), y)
-            total += penalized_step(optimizer, model, loss, penalty) * len(x)
-            seen += len(x)
-    return local_metrics(ctx, seen, loss=total)
+
+    def step_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return with_penalty(F.cross_entropy(model(x), y), model, penalty)
+
+    sums, seen = fit(
+        make_optimizer(model.parameters(), cfg),
+        cfg.local_epochs if epochs is None else epochs,
+        lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
+        step_loss,
+    )
+    return local_metrics(ctx, seen, **sums)
 
 
-def penalized_step(
-    optimizer: torch.optim.Optimizer,
+def train_segmentation(
     model: torch.nn.Module,
-    loss: torch.Tensor,
+    ctx: ClientContext,
+    *,
     penalty: Penalty | None = None,
-) -> float:
-    """Add ``penalty(model)`` to ``loss``, take one optimizer step; the total loss's value."""
-    if penalty is not None:
-        loss = loss + penalty(model)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return float(loss.detach())
+    epochs: int | None = None,
+) -> dict[str, float]:
+    """Soft-Dice SGD on the client's masks (the segmentation twin of :func:`train_supervised`;
+    as in the official ELCFS code, a batch of one sample is trained on too)."""
+    cfg = ctx.train_cfg
+    model.to(ctx.device).train()
+
+    def step_loss(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return with_penalty(soft_dice_loss(torch.sigmoid(model(x)), target), model, penalty)
+
+    sums, seen = fit(
+        make_optimizer(model.parameters(), cfg),
+        cfg.local_epochs if epochs is None else epochs,
+        lambda: mask_batches(ctx.train, cfg.batch_size, ctx.rng),
+        step_loss,
+        min_batch=1,
+    )
+    return local_metrics(ctx, seen, **sums)
+
+
+def with_penalty(loss: torch.Tensor, model: torch.nn.Module, penalty: Penalty | None):
+    """``loss + penalty(model)`` (FedProx's and Ditto's proximal term), or ``loss``."""
+    return loss if penalty is None else loss + penalty(model)
 
 
 def proximal_penalty(anchor: dict[str, torch.Tensor], mu: float) -> Penalty:
@@ -110,6 +165,21 @@ def average_replies(replies: dict[int, Record], prefix: str = "model") -> dict[s
         [r.subset(prefix) for r in replies.values()],
         [r.metrics["num-examples"] for r in replies.values()],
     )
+
+
+def averaging_round(
+    state: ServerState,
+    fed: Federation,
+    metrics: Mapping[str, str] = {"train_loss": "loss"},  # noqa: B006 - read only
+) -> tuple[ServerState, dict[str, float]]:
+    """FedAvg's round: the sampled clients train from the global model under ``model``
+    and the server keeps the ``num-examples``-weighted mean of their models (unchanged
+    when nobody replied). ``metrics`` maps round metrics to the reply metric they average.
+    """
+    replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
+    if replies:
+        state.model = average_replies(replies)
+    return state, {name: weighted_metric(replies, key) for name, key in metrics.items()}
 
 
 def weighted_metric(replies: dict[int, Record], key: str) -> float:

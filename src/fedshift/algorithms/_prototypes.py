@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from fedshift.core.context import ClientData
+from fedshift.core.context import SplitView
 
 Prototypes = dict[int, torch.Tensor]
 
@@ -18,7 +18,7 @@ Prototypes = dict[int, torch.Tensor]
 @torch.no_grad()
 def local_statistics(
     model: torch.nn.Module,
-    data: ClientData,
+    data: SplitView,
     device: torch.device,
     batch_size: int = 256,
     *,
@@ -54,7 +54,7 @@ def local_statistics(
 
 def class_prototypes(
     model: torch.nn.Module,
-    data: ClientData,
+    data: SplitView,
     device: torch.device,
     batch_size: int = 256,
 ) -> tuple[Prototypes, dict[int, int]]:

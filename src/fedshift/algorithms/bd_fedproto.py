@@ -12,6 +12,7 @@ from fedshift.algorithms._prototypes import prototype_arrays, prototype_loss
 from fedshift.algorithms.fedproto import INFERENCES, FedProto
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Record
 from fedshift.core.seeding import numpy_generator
 from fedshift.core.state import ServerState
@@ -116,7 +117,7 @@ class BDFedProto(FedProto):
     )
 
     @dataclass(frozen=True)
-    class Hparams:
+    class Hparams(BaseHparams):
         alpha: float = 0.5  # α, weight of the contrastive term L_C (eq. 3)
         beta: float = 0.5  # β, weight of the negative part L_N in L_C (eq. 7)
         temperature: float = 1.0  # T, simulated-annealing temperature of DA (eq. 6)

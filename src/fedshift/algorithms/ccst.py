@@ -10,17 +10,20 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
+    fit,
     make_optimizer,
     model_from_record,
     model_record,
-    penalized_step,
+    with_penalty,
 )
 from fedshift.algorithms.fedavg import FedAvg
-from fedshift.config import ConfigError
 from fedshift.core.algorithm import RunInfo, client_task
-from fedshift.core.context import ClientContext, to_input
-from fedshift.core.federation import Federation, RoundFailed
+from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError, RoundFailed
+from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
+from fedshift.core.split import to_input
 from fedshift.core.state import ServerState
 from fedshift.models.adain import adain, load_adain_networks, pooled_style
 
@@ -30,7 +33,7 @@ STYLE_BATCH = 64
 
 
 @dataclass(frozen=True)
-class CCSTHparams:
+class CCSTHparams(BaseHparams):
     style: str = "overall"  # style type: "overall" (S_k^overall) or "single" (S_k^single)
     single_styles: int = 32  # J, per-image styles a client uploads in "single" mode
     styles_per_image: int = 3  # L, augmentation level: styles per image (clipped to K)
@@ -250,9 +253,9 @@ class CCST(FedAvg):
             own = int(mine[0, 0]) if len(mine) else -1
         per_image = domains.shape[1]
         model.to(ctx.device).train()
-        optimizer = make_optimizer(model.parameters(), cfg)
-        total, seen = 0.0, 0
-        for _ in range(cfg.local_epochs):
+
+        def styled_batches():
+            """Shuffled (image, style slot) pairs; each slot's image restyled as drawn."""
             order = torch.randperm(n * per_image, generator=ctx.rng)
             for start in range(0, len(order), cfg.batch_size):
                 idx = order[start : start + cfg.batch_size]
@@ -270,7 +273,12 @@ class CCST(FedAvg):
                         bank["mean"][chosen, pick].to(ctx.device),
                         bank["std"][chosen, pick].to(ctx.device),
                     )
-                loss = F.cross_entropy(model(x), y)
-                total += penalized_step(optimizer, model, loss, penalty) * len(x)
-                seen += len(x)
+                yield x, y
+
+        def step_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return with_penalty(F.cross_entropy(model(x), y), model, penalty)
+
+        optimizer = make_optimizer(model.parameters(), cfg)
+        sums, seen = fit(optimizer, cfg.local_epochs, styled_batches, step_loss)
+        total = sums.get("loss", 0.0)
         return {"loss": total / max(seen, 1), "num-examples": n, "samples": seen}

@@ -21,12 +21,13 @@ from fedshift.algorithms._common import (
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 
 
 @dataclass(frozen=True)
-class DittoHparams:
+class DittoHparams(BaseHparams):
     # λ of λ/2·‖v_k − θ‖²; the official run scripts use --lam=1 (the paper tunes λ in
     # {0.01, 0.1, 1, 2} and its dynamic variant picks from {0.1, 1, 2})
     lam: float = 1.0

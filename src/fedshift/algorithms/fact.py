@@ -14,6 +14,7 @@ from fedshift.algorithms._common import local_metrics, state_dict_cpu, weighted_
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import mean
 from fedshift.core.state import ServerState
@@ -24,7 +25,7 @@ EVALUATIONS = ("ensemble", "average")
 
 
 @dataclass(frozen=True)
-class FACTHparams:
+class FACTHparams(BaseHparams):
     lr: float = 0.005  # η₀, initial learning rate (official Digit-Five / Office scripts)
     lr_decay: float = 0.75  # exponent of η = η₀·(1 + 10·p)^(−0.75) (Ganin et al.'s schedule)
     batch_size: int = 128  # B (official scripts)

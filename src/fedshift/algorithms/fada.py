@@ -19,6 +19,7 @@ from fedshift.algorithms._common import (
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed
@@ -28,7 +29,7 @@ Tensors = dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
-class FADAHparams:
+class FADAHparams(BaseHparams):
     adv_weight: float = 1.0  # weight of L_adv (generators vs DI_k); the paper sums losses
     entropy_weight: float = 1.0  # weight of L_ent (D_k makes CI_k(f_ds) uncertain)
     mi_weight: float = 1.0  # weight of the MINE estimate of I(f_di; f_ds) minimized by D_k

@@ -17,10 +17,11 @@ from fedshift.algorithms._common import (
     state_dict_cpu,
     weighted_metric,
 )
-from fedshift.config import ConfigError
 from fedshift.core.algorithm import Algorithm, RunInfo, client_task
 from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed, torch_generator
@@ -30,7 +31,7 @@ VARIANTS = ("paper", "official")
 
 
 @dataclass(frozen=True)
-class FedADGHparams:
+class FedADGHparams(BaseHparams):
     ce_weight: float = 0.85  # λ1 (official α = 0.85): weight of L_err; L_adv_f gets λ0 = 1 − λ1
     noise_dim: int = 2048  # dimension of the generator's noise z ~ U(0, 1) (official 2048)
     rp_dim: int = 1024  # random-projection size in front of the discriminator (official 1024)

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from fedshift.algorithms._common import (
-    average_replies,
+    averaging_round,
     model_from_record,
     model_record,
+    train_segmentation,
     train_supervised,
-    weighted_metric,
 )
-from fedshift.core.algorithm import Algorithm, NoHparams, client_task
+from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import NoHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
-from fedshift.eval.segmentation import train_segmentation
 
 
 class FedAvg(Algorithm):
@@ -29,16 +29,10 @@ class FedAvg(Algorithm):
     paper = "McMahan et al., Communication-Efficient Learning of Deep Networks, AISTATS 2017"
     Hparams = NoHparams
     shares = {"model": Kind.MODEL}
-    #: learning tasks FedAvg runs; the runner sets ``task`` from the run config
-    tasks = ("classification", "segmentation")
-    task = "classification"
+    problems = ("classification", "segmentation")
 
     def round(self, state: ServerState, fed: Federation):
-        ids = fed.sample()
-        replies = fed.call("train", ids, Record().with_arrays("model", state.model))
-        if replies:
-            state.model = average_replies(replies)
-        return state, {"train_loss": weighted_metric(replies, "loss")}
+        return averaging_round(state, fed)
 
     def local_penalty(self, ctx: ClientContext, record: Record):
         """Extra term of the local objective; None for plain FedAvg."""
@@ -47,7 +41,7 @@ class FedAvg(Algorithm):
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:
         model = model_from_record(ctx, record)
-        trainer = train_segmentation if self.task == "segmentation" else train_supervised
+        trainer = train_segmentation if self.run.problem == "segmentation" else train_supervised
         metrics = trainer(model, ctx, penalty=self.local_penalty(ctx, record))
         reply = model_record(model)
         reply.metrics.update(metrics)

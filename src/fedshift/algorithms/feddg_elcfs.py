@@ -16,17 +16,18 @@ from fedshift.algorithms._common import (
     model_record,
     weighted_metric,
 )
-from fedshift.config import ConfigError
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 from fedshift.eval.segmentation import boundary_regions, mask_batches, soft_dice_loss
 
 
 @dataclass(frozen=True)
-class ELCFSHparams:
+class ELCFSHparams(BaseHparams):
     # b, half width of the low-frequency window in frequency bins (window (2b+1)^2). The
     # official code sets it as ⌊L·min(H, W)⌋: its demo uses L = 0.003 on 384 px (b = 1),
     # its training script L = 0 (b = 0, only the DC term: the "zero-width window" quirk)
@@ -163,8 +164,7 @@ class FedDGELCFS(Algorithm):
     )
     Hparams = ELCFSHparams
     shares = {"amplitude": Kind.AMPLITUDE, "model": Kind.MODEL}
-    tasks = ("classification", "segmentation")
-    task = "classification"
+    problems = ("classification", "segmentation")
 
     # -- server ------------------------------------------------------------------------
     def setup(self, state: ServerState, fed: Federation) -> ServerState:
@@ -234,19 +234,19 @@ class FedDGELCFS(Algorithm):
 
     def _batches(self, ctx: ClientContext):
         cfg = ctx.train_cfg
-        if self.task == "segmentation":
+        if self.run.problem == "segmentation":
             return mask_batches(ctx.train, cfg.batch_size, ctx.rng)
         return ctx.train.batches(cfg.batch_size, ctx.rng)
 
     def task_loss(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if self.task == "segmentation":
+        if self.run.problem == "segmentation":
             return soft_dice_loss(torch.sigmoid(outputs), target)
         return F.cross_entropy(outputs, target)
 
     def contrastive(self, feats, feats_t, target, copies: int) -> torch.Tensor:
         """The boundary (segmentation) or class (classification) contrastive term."""
         tau = self.hp.temperature
-        if self.task != "segmentation":
+        if self.run.problem != "segmentation":
             labels = target.repeat(copies + 1)
             return ntxent_loss(torch.cat([feats, feats_t]), labels, tau)
         contour, ring = boundary_regions(target, self.hp.background_ring)

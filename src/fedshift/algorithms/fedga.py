@@ -15,10 +15,11 @@ from fedshift.algorithms._common import (
     weighted_metric,
 )
 from fedshift.algorithms.fedavg import FedAvg
-from fedshift.config import ConfigError
 from fedshift.core.algorithm import RunInfo, client_task
-from fedshift.core.context import ClientContext, ClientData
+from fedshift.core.context import ClientContext, SplitView
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.state import ServerState
@@ -29,7 +30,7 @@ GAP_METRICS = ("loss", "accuracy")
 
 
 @dataclass(frozen=True)
-class FedGAHparams:
+class FedGAHparams(BaseHparams):
     step: float = 0.2  # d, the initial step of the weight update, d_t = (1 - t/T)·d
     variant: str = "paper"  # "paper": centred gaps, step d_t; "official": uncentred, d_t/3
     base: str = "fedavg"  # local training of the wrapped method: fedavg or fedprox
@@ -65,7 +66,7 @@ def ga_update(
 
 @torch.no_grad()
 def validation_error(
-    model: torch.nn.Module, data: ClientData, batch_size: int, metric: str = "loss"
+    model: torch.nn.Module, data: SplitView, batch_size: int, metric: str = "loss"
 ) -> float:
     """What a generalization gap compares, lower is better: the mean cross-entropy of
     ``model`` (eval mode) over a labeled split, or its error rate 1 − accuracy."""

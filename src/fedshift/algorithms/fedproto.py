@@ -23,6 +23,7 @@ from fedshift.algorithms._prototypes import (
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 from fedshift.eval.metrics import accuracy
@@ -66,7 +67,7 @@ class FedProto(Algorithm):
     personal = True
 
     @dataclass(frozen=True)
-    class Hparams:
+    class Hparams(BaseHparams):
         proto_weight: float = 1.0  # λ, weight of the prototype distance (ld; 0.1 on CIFAR-10)
         weighted: bool = True  # eq. 1 weights C_k(c) by |D_{k,c}|; False: official plain mean
         inference: str = "prototype"  # "prototype": nearest C̄(c) (eq. 5); "head": classifier

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from fedshift.algorithms._common import proximal_penalty
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.core.context import ClientContext
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Record
 
 
 @dataclass(frozen=True)
-class FedProxHparams:
+class FedProxHparams(BaseHparams):
     mu: float = (
         0.01  # μ, proximal weight; paper tunes in {0.001, 0.01, 0.1, 0.5, 1}; FPL/CCST use 0.01
     )

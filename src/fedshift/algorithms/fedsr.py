@@ -16,10 +16,11 @@ from fedshift.algorithms._common import (
     state_dict_cpu,
     weighted_metric,
 )
-from fedshift.config import ConfigError
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed, torch_generator
@@ -30,7 +31,7 @@ L2R_FORMS = ("squared", "norm")
 
 
 @dataclass(frozen=True)
-class FedSRHparams:
+class FedSRHparams(BaseHparams):
     alpha_l2r: float = 0.01  # α^{L2R}
     alpha_cmi: float = 5e-4  # α^{CMI} (official README: 1e-3 on PACS)
     z_dim: int = 0  # size of z; 0: the backbone's embed_dim (official: 512 with ResNet-18)

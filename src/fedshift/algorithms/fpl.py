@@ -24,10 +24,11 @@ from fedshift.algorithms._prototypes import (
     prototypes_from_arrays,
     stack_prototypes,
 )
-from fedshift.config import ConfigError
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 
@@ -36,7 +37,7 @@ PROTOTYPE_PASSES = ("train", "eval")
 
 
 @dataclass(frozen=True)
-class FPLHparams:
+class FPLHparams(BaseHparams):
     temperature: float = 0.02  # τ of the CPCL cosine similarities (official main.py: 0.1)
     upcr_reduction: str = "mean"  # "mean": MSELoss (official code); "sum": ‖z − U^c‖² (paper)
     finch_level: int = -1  # FINCH partition kept: -1 the coarsest (official code), 0 the finest

@@ -7,9 +7,10 @@ from typing import Any
 import torch
 
 from fedshift.algorithms._common import state_dict_cpu, train_supervised, weighted_metric
-from fedshift.core.algorithm import Algorithm, NoHparams, client_task
+from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import NoHparams
 from fedshift.core.record import Record
 from fedshift.core.state import ServerState
 

@@ -16,10 +16,11 @@ from fedshift.algorithms._common import (
     state_dict_cpu,
     weighted_metric,
 )
-from fedshift.config import ConfigError
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.seeding import derive_seed
 from fedshift.core.state import ServerState
@@ -27,7 +28,7 @@ from fedshift.models.base import FedModel
 
 
 @dataclass(frozen=True)
-class MoonHparams:
+class MoonHparams(BaseHparams):
     mu: float = 1.0  # μ, weight of ℓ_con (paper: 1; 5 on CIFAR-10)
     temperature: float = 0.5  # τ of the cosine similarities
     proj_dim: int = 256  # output size of the projection head h (official out_dim)

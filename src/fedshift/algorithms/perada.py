@@ -11,13 +11,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshift.algorithms._common import proximal_penalty, train_supervised, weighted_metric
-from fedshift.config import ConfigError
 from fedshift.core.algorithm import Algorithm, RunInfo, client_task
-from fedshift.core.context import ClientContext, to_input
+from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import mean
 from fedshift.core.seeding import derive_seed, torch_generator
+from fedshift.core.split import to_input
 from fedshift.core.state import ServerState
 from fedshift.models.weights import load_weights
 from fedshift.pretrain import read_sidecar
@@ -30,7 +32,7 @@ HOW_TO_PRETRAIN = (
 
 
 @dataclass(frozen=True)
-class PerAdaHparams:
+class PerAdaHparams(BaseHparams):
     backbone: str = ""  # u: local pretrained weights file (required; see `fedshift pretrain`)
     lam: float = 1.0  # λ of λ/2·‖v_k − w‖²; official 1.0 (CIFAR-10), 0.1 (OfficeHome)
     temperature: float = 1.0  # τ of the distillation KL (official kd_KL_temperature)
@@ -189,12 +191,12 @@ class PerAda(Algorithm):
         self.backbone_state = {k: v.clone() for k, v in template.backbone.state_dict().items()}
         self.pretrained = read_sidecar(hp.backbone) or {}
 
-    def validate_task(self, task) -> None:
+    def check_scenario(self, scenario) -> None:
         """The pretraining domain (from the weights' sidecar) must stay out of the run."""
         domain = self.pretrained.get("domain")
-        if not domain or self.pretrained.get("dataset") != task.dataset.name:
+        if not domain or self.pretrained.get("dataset") != scenario.dataset.name:
             return
-        used = {c.domain for c in task.clients} | set(task.targets)
+        used = {c.domain for c in scenario.clients} | set(scenario.targets)
         if domain in used:
             raise ConfigError(
                 f"the perada backbone was pretrained on domain {domain!r}, which this run also "

@@ -10,6 +10,7 @@ import torch
 
 from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.federation import Federation
+from fedshift.core.hparams import BaseHparams, NoHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 
@@ -26,11 +27,6 @@ def client_task(name: str) -> Callable[[TaskFn], TaskFn]:
     return mark
 
 
-@dataclasses.dataclass(frozen=True)
-class NoHparams:
-    """An algorithm without hyperparameters of its own."""
-
-
 @dataclasses.dataclass
 class RunInfo:
     """What an algorithm knows about the run it is part of (never client data)."""
@@ -41,6 +37,8 @@ class RunInfo:
     total_rounds: int
     seed: int
     device: torch.device
+    #: the learning problem of the run (``RunConfig.problem``)
+    problem: str = "classification"
 
 
 class Algorithm:
@@ -53,7 +51,7 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     paper: ClassVar[str] = ""
-    Hparams: ClassVar[type] = NoHparams
+    Hparams: ClassVar[type[BaseHparams]] = NoHparams
     shares: ClassVar[dict[str, Kind]] = {}
     #: train on all source data pooled into one client (the non-federated reference)
     pooled: ClassVar[bool] = False
@@ -67,6 +65,11 @@ class Algorithm:
     selection: ClassVar[str] = ""
     #: whether the round with the lowest (True) or highest ``selection_score`` is selected
     selection_lower_is_better: ClassVar[bool] = True
+    #: learning problems the client tasks handle; a subclass inherits them only while it
+    #: keeps the declaring class's client tasks (see :meth:`supported_problems`)
+    problems: ClassVar[tuple[str, ...]] = ("classification",)
+    #: the run must name a pretrained backbone file (PerAda's frozen u)
+    needs_pretrained_backbone: ClassVar[bool] = False
     _tasks: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -82,6 +85,18 @@ class Algorithm:
     def __init__(self, hp: Any, run: RunInfo):
         self.hp = hp
         self.run = run
+
+    @classmethod
+    def supported_problems(cls) -> tuple[str, ...]:
+        """The learning problems of the nearest class declaring ``problems``, as long as
+        this class keeps that class's client tasks; otherwise classification only."""
+        owner = next(k for k in cls.__mro__ if "problems" in vars(k))
+        same = all(getattr(cls, attr) is getattr(owner, attr, None) for attr in cls._tasks.values())
+        return tuple(owner.problems) if same else ("classification",)
+
+    def check_scenario(self, scenario: Any) -> None:
+        """Raise ConfigError when the built scenario cannot run this algorithm (e.g. PerAda's
+        backbone domain held by a client). Default: any scenario."""
 
     # -- server side -------------------------------------------------------------------
     def init_state(self) -> ServerState:
@@ -131,7 +146,3 @@ class Algorithm:
                 f"tasks: {', '.join(self.task_names())}"
             )
         return getattr(self, attr)(ctx, record)
-
-
-def hparams_fields(cls: type) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls)}

@@ -8,19 +8,14 @@ from typing import Any
 
 import torch
 
-from fedshift.data.domains import Split
+from fedshift.core.split import Split, to_input
 
 
 class LabelAccessError(PermissionError):
     """A task tried to read labels of an unlabeled (target) client."""
 
 
-def to_input(x_uint8: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """uint8 images -> float32 in [-1, 1] on ``device``."""
-    return (x_uint8.to(device, non_blocking=True).float() / 127.5) - 1.0
-
-
-class ClientData:
+class SplitView:
     """A client's view of one split. Labels are unreachable when ``labeled`` is False."""
 
     def __init__(self, split: Split, labeled: bool, device: torch.device):
@@ -92,9 +87,9 @@ class ClientContext:
     name: str
     domain: str
     role: str
-    train: ClientData
-    val: ClientData | None
-    test: ClientData | None
+    train: SplitView
+    val: SplitView | None
+    test: SplitView | None
     num_classes: int
     build_model: Callable[[], torch.nn.Module]
     rng: torch.Generator

@@ -8,11 +8,6 @@ from typing import Any
 
 from fedshift.core.record import Record
 
-
-class RoundFailed(RuntimeError):
-    """Too few clients replied for the failure policy."""
-
-
 FAILURE_POLICIES = ("strict", "dynamic", "resilient")
 
 

@@ -10,9 +10,7 @@ from typing import Any
 
 import torch
 
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that is missing, corrupt or belongs to another run."""
+from fedshift.core.errors import CheckpointError
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Core data containers: a :class:`Split`, a :class:`Domain` and a :class:`DomainDataset`.
+"""Data containers: a :class:`Domain` (three :class:`~fedshift.core.split.Split` s) and a
+:class:`DomainDataset`.
 
 Images are kept in memory as ``uint8`` tensors of shape ``(N, C, H, W)``; labels are ``int64``.
 """
@@ -7,65 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-import torch
+from fedshift.core.errors import DatasetError
+from fedshift.core.split import Split
 
-
-class DatasetError(ValueError):
-    """A dataset could not be loaded, built or partitioned; the message says what was expected."""
-
-
-def _as_index(idx) -> torch.Tensor:
-    if isinstance(idx, torch.Tensor):
-        t = idx.to(torch.long)
-    else:
-        arr = np.asarray(idx)
-        if arr.size == 0:
-            arr = arr.astype(np.int64)
-        if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-            raise DatasetError(f"subset index must be a 1-D integer array, got dtype {arr.dtype}")
-        t = torch.from_numpy(arr.astype(np.int64, copy=False))
-    if t.dim() != 1:
-        raise DatasetError(f"subset index must be 1-D, got shape {tuple(t.shape)}")
-    return t
-
-
-@dataclass(frozen=True, eq=False)
-class Split:
-    """One split of a domain: images ``x`` (uint8, N×C×H×W), labels ``y`` (int64, N).
-
-    ``mask`` is an optional per-pixel foreground mask (uint8, N×H×W, values in {0, 1}).
-    """
-
-    x: torch.Tensor
-    y: torch.Tensor
-    mask: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:
-        if self.x.dim() != 4:
-            raise DatasetError(f"Split.x must have shape (N, C, H, W), got {tuple(self.x.shape)}")
-        if self.y.dim() != 1 or self.y.shape[0] != self.x.shape[0]:
-            raise DatasetError(
-                f"Split.y must have shape ({self.x.shape[0]},), got {tuple(self.y.shape)}"
-            )
-        if self.mask is not None:
-            n, _, h, w = self.x.shape
-            if tuple(self.mask.shape) != (n, h, w):
-                raise DatasetError(
-                    f"Split.mask must have shape {(n, h, w)}, got {tuple(self.mask.shape)}"
-                )
-
-    def __len__(self) -> int:
-        return int(self.y.shape[0])
-
-    def subset(self, idx) -> Split:
-        """Return the samples at ``idx`` (a 1-D integer array or tensor) as a new Split."""
-        t = _as_index(idx)
-        return Split(
-            x=self.x[t],
-            y=self.y[t],
-            mask=None if self.mask is None else self.mask[t],
-        )
+__all__ = ["DatasetError", "Domain", "DomainDataset", "Split"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,7 +7,7 @@ is measured on the target's test split, which no client holds.
 
 Label safety does not rest on access checks alone: the target client receives splits whose
 labels have been replaced by :data:`NO_LABEL` (and whose masks are dropped), so no code path
-(``ClientData``'s private split included) can reach the real target labels.
+(``SplitView``'s private split included) can reach the real target labels.
 """
 
 from __future__ import annotations
@@ -15,9 +15,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedshift.config import ConfigError, RunConfig
-from fedshift.data.domains import DatasetError, DomainDataset, Split
+from fedshift.core.errors import ConfigError, DatasetError
+from fedshift.core.runconfig import RunConfig
+from fedshift.core.split import Split
+from fedshift.data.domains import DomainDataset
 from fedshift.data.partition import partition_domains
+from fedshift.engine.scenario import (
+    ClientShard,
+    Scenario,
+    check_target,
+    make_clients,
+    partition_sources,
+)
 
 #: the label every sample of an unlabeled (target) client carries instead of its real one
 NO_LABEL = -1
@@ -34,13 +43,6 @@ def build_msst(cfg: RunConfig, dataset: DomainDataset):
     The target client's train, validation and test splits carry no labels; evaluation reads
     the target's test split from the dataset, never from a client.
     """
-    from fedshift.engine.task import (
-        ClientData,
-        FederatedTask,
-        check_target,
-        make_clients,
-        partition_sources,
-    )
 
     sources = check_target(cfg, dataset)
     clients = make_clients(dataset, partition_sources(cfg, dataset, sources))
@@ -53,7 +55,7 @@ def build_msst(cfg: RunConfig, dataset: DomainDataset):
     for spec in target_specs:
         domain = dataset.domain(spec.domain)
         clients.append(
-            ClientData(
+            ClientShard(
                 client_id=spec.client_id,
                 name=f"{spec.domain}-target",
                 domain=spec.domain,
@@ -63,4 +65,4 @@ def build_msst(cfg: RunConfig, dataset: DomainDataset):
                 test=strip_labels(domain.test.subset(np.asarray(spec.test_idx))),
             )
         )
-    return FederatedTask(clients=clients, sources=sources, targets=[cfg.target], dataset=dataset)
+    return Scenario(clients=clients, sources=sources, targets=[cfg.target], dataset=dataset)

@@ -4,22 +4,17 @@ FPL (Huang et al., CVPR 2023) studies domain shift *among* the participants: all
 clients, and the headline number is the mean test accuracy over the domains. Its Digits setting
 gives each client a few percent of a domain's training data, which :func:`keep_train_fraction`
 reproduces (run key ``client_data_fraction``, usable with any protocol).
-
-The builders import from :mod:`fedshift.engine.task` inside the functions because ``task.py``
-imports this module to register the protocol.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
-from fedshift.config import ConfigError, RunConfig, listed_domains
+from fedshift.core.errors import ConfigError
+from fedshift.core.runconfig import RunConfig, listed_domains
 from fedshift.core.seeding import numpy_generator
 from fedshift.data.domains import DomainDataset
-
-if TYPE_CHECKING:
-    from fedshift.engine.task import ClientData, FederatedTask
+from fedshift.engine.scenario import ClientShard, Scenario, make_clients, partition_sources
 
 #: the ``target`` value of a protocol that tests every domain
 ALL_DOMAINS = "all"
@@ -37,18 +32,19 @@ def per_domain_domains(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
     return listed_domains(cfg.sources, dataset.domain_names, dataset.name)
 
 
-def build_per_domain(cfg: RunConfig, dataset: DomainDataset) -> FederatedTask:
+def build_per_domain(cfg: RunConfig, dataset: DomainDataset) -> Scenario:
     """All (or the ``--sources``) domains become labeled clients, ``clients_per_domain`` each;
     every one of them is a target (their test splits) and a source (their validation splits
     drive source-val model selection). ``target_accuracy`` is the mean over the domains."""
-    from fedshift.engine.task import FederatedTask, make_clients, partition_sources
 
     domains = per_domain_domains(cfg, dataset)
     clients = make_clients(dataset, partition_sources(cfg, dataset, domains))
-    return FederatedTask(clients=clients, sources=domains, targets=domains, dataset=dataset)
+    return Scenario(clients=clients, sources=domains, targets=domains, dataset=dataset)
 
 
-def keep_train_fraction(clients: list[ClientData], fraction: float, seed: int) -> list[ClientData]:
+def keep_train_fraction(
+    clients: list[ClientShard], fraction: float, seed: int
+) -> list[ClientShard]:
     """Each client keeps a seeded random ``fraction`` of its training share.
 
     FPL's Digits setting trains every client on a few percent of a domain (its

@@ -7,9 +7,6 @@ is the mean ± std over clients. Global-model methods (FedAvg) are scored with t
 on every client's test share; personal methods (local, FedProto) with each client's own model.
 ``target_accuracy`` is the mean personalized accuracy, so tables stay uniform, and the run's
 ``target`` is ``"clients"``.
-
-The builder imports from :mod:`fedshift.engine.task` inside the function because ``task.py``
-imports this module to register the protocol.
 """
 
 from __future__ import annotations
@@ -17,17 +14,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from fedshift.config import ConfigError, RunConfig, listed_domains
-from fedshift.data.domains import DomainDataset, Split
+from fedshift.core.errors import ConfigError
+from fedshift.core.runconfig import RunConfig, listed_domains
+from fedshift.core.split import Split
+from fedshift.data.domains import DomainDataset
+from fedshift.engine.scenario import ClientShard, Scenario, make_clients, partition_sources
 from fedshift.eval.metrics import Predict, accuracy
-
-if TYPE_CHECKING:
-    from fedshift.engine.task import ClientData, FederatedTask
 
 #: the ``target`` of the personalized protocol: the clients' own test shares
 CLIENTS = "clients"
@@ -52,7 +48,7 @@ def keep_labels(split: Split, labels: torch.Tensor) -> Split:
     return split.subset(idx)
 
 
-def restrict_to_train_labels(client: ClientData) -> ClientData:
+def restrict_to_train_labels(client: ClientShard) -> ClientShard:
     """The client with validation and test shares cut to the classes it trains on."""
     labels = torch.unique(client.train.y)
     return dataclasses.replace(
@@ -60,11 +56,10 @@ def restrict_to_train_labels(client: ClientData) -> ClientData:
     )
 
 
-def build_personalized(cfg: RunConfig, dataset: DomainDataset) -> FederatedTask:
+def build_personalized(cfg: RunConfig, dataset: DomainDataset) -> Scenario:
     """Clients of every listed domain, partitioned by ``cfg.partition`` (``nway-kshot``,
     ``dirichlet`` or ``iid``), each tested on its own test share restricted to its training
     labels. No domain is held out; validation shares drive source-val model selection."""
-    from fedshift.engine.task import FederatedTask, make_clients, partition_sources
 
     domains = personalized_domains(cfg, dataset)
     clients = make_clients(dataset, partition_sources(cfg, dataset, domains))
@@ -75,13 +70,11 @@ def build_personalized(cfg: RunConfig, dataset: DomainDataset) -> FederatedTask:
             f"client {empty[0]} has no test sample of its training classes; use fewer clients "
             "or a larger alpha"
         )
-    return FederatedTask(
-        clients=clients, sources=domains, targets=[], dataset=dataset, per_client=True
-    )
+    return Scenario(clients=clients, sources=domains, targets=[], dataset=dataset, per_client=True)
 
 
 def global_model_on_clients(
-    clients: list[ClientData],
+    clients: list[ClientShard],
     model: torch.nn.Module,
     device: torch.device,
     predict: Predict,
@@ -91,7 +84,7 @@ def global_model_on_clients(
 
 
 def clients_accuracy(
-    clients: list[ClientData],
+    clients: list[ClientShard],
     model_of: Callable[[int], torch.nn.Module],
     device: torch.device,
     predict: Predict,

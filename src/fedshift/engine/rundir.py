@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from fedshift.config import ConfigError
+from fedshift.core.errors import ConfigError
 
 try:
     import fcntl

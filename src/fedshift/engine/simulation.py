@@ -2,211 +2,59 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
-
-import torch
+from collections.abc import Callable
 
 from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
-from fedshift.core.federation import Federation, RoundFailed
-from fedshift.core.record import Kind, Record, share_key
-from fedshift.core.seeding import derive_seed, numpy_generator
+from fedshift.core.record import Record
+from fedshift.engine.assembly import Experiment
+from fedshift.engine.evaluation import ClientScores, client_scores
+from fedshift.engine.federation import BaseFederation, federation_options, run_client_task
 
-log = logging.getLogger(__name__)
-
-
-def validate_reply(reply: Record, shares: Mapping[str, object]) -> str | None:
-    """Why a reply must be rejected (undeclared key, NaN/Inf), or None when it is fine."""
-    if not isinstance(reply, Record):
-        return f"reply is {type(reply).__name__}, not a Record"
-    for key in reply.arrays:
-        if share_key(key) not in shares:
-            return f"array {key!r} is not declared in shares ({', '.join(shares) or 'nothing'})"
-    bad = reply.check_finite()
-    if bad is not None:
-        return f"{bad!r} holds NaN or Inf"
-    return None
+#: ``(context, with_domains) -> scores`` of one client's personal model, or None
+ScoreClient = Callable[[ClientContext, bool], ClientScores | None]
 
 
-#: kinds holding one row per sample: their leading dimension is each client's sample count
-PER_SAMPLE_KINDS = (Kind.AMPLITUDE, Kind.FEATURES, Kind.LOGITS)
-
-
-def check_shapes(
-    replies: dict[int, Record], shares: Mapping[str, object] | None = None
-) -> dict[int, str]:
-    """Clients whose array shapes disagree with the majority of this call's replies.
-
-    Arrays of a per-sample kind (in ``shares``) are compared without their leading dimension.
-    """
-    per_sample = {k for k, kind in (shares or {}).items() if kind in PER_SAMPLE_KINDS}
-    shapes: dict[str, dict[tuple, list[int]]] = {}
-    for cid, reply in replies.items():
-        for key, value in reply.arrays.items():
-            shape = tuple(value.shape)[1 if share_key(key) in per_sample else 0 :]
-            shapes.setdefault(key, {}).setdefault(shape, []).append(cid)
-    bad: dict[int, str] = {}
-    for key, by_shape in shapes.items():
-        if len(by_shape) > 1:
-            common = max(by_shape, key=lambda s: len(by_shape[s]))
-            for shape, cids in by_shape.items():
-                if shape != common:
-                    for cid in cids:
-                        bad[cid] = f"{key!r} has shape {shape}, others {common}"
-    return bad
-
-
-def run_client_task(
-    algorithm: Algorithm,
-    ctx: ClientContext,
-    task: str,
-    sent: Record,
-    *,
-    seed: int,
-    round_: int,
-    call_index: int,
-    total_rounds: int,
-) -> Record:
-    """Run one client task with the RNGs derived from (seed, client, round, call index).
-
-    Every engine calls this, so a client computes the same reply wherever it runs.
-    """
-    ctx.round = round_
-    ctx.total_rounds = total_rounds
-    ctx.rng = torch.Generator().manual_seed(
-        derive_seed(seed, "client", ctx.client_id, round_, call_index)
-    )
-    record = Record(
-        arrays={k: v.clone() for k, v in sent.arrays.items()},
-        config=dict(sent.config),
-        metrics=dict(sent.metrics),
-    )
-    devices = [ctx.device] if ctx.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(derive_seed(seed, "torch", ctx.client_id, round_, call_index))
-        return algorithm.run_task(task, ctx, record)
-
-
-class SimulationFederation(Federation):
-    """Runs client tasks in-process with per-(round, client, call) seeded RNGs.
-
-    Validates every reply against the algorithm's ``shares``, counts bytes up and down,
-    and applies the failure policy: ``strict`` (every called client must succeed),
-    ``dynamic`` (at least ``min_clients``), ``resilient`` (go on with whoever replied).
-    """
+class SimulationFederation(BaseFederation):
+    """Runs client tasks in-process with per-(round, client, call) seeded RNGs; personal
+    models are scored from the client states held here."""
 
     def __init__(
         self,
         algorithm: Algorithm,
         contexts: dict[int, ClientContext],
         *,
-        seed: int,
-        fraction: float = 1.0,
-        failure_policy: str = "dynamic",
-        min_clients: int = 1,
-        count_bytes: bool = True,
-        total_rounds: int = 1,
-        shared_shapes: bool = True,
+        score_client: ScoreClient | None = None,
+        **options,
     ):
-        self.algorithm = algorithm
+        super().__init__(algorithm, {cid: ctx.role for cid, ctx in contexts.items()}, **options)
         self.contexts = contexts
-        self.seed = seed
-        self.fraction = fraction
-        self.failure_policy = failure_policy
-        self.min_clients = min_clients
-        self.count_bytes = count_bytes
-        self.total_rounds = total_rounds
-        self.shared_shapes = shared_shapes
-        self.round = 0
-        self.bytes_up = 0
-        self.bytes_down = 0
-        self.samples = 0
-        self.failures: list[str] = []
-        self.seen_shares: set[str] = set()
-        self._calls = 0
+        self.score_client = score_client
 
-    def begin_round(self, round_: int) -> None:
-        self.round = round_
-        self._calls = 0
-        self.failures = []
+    @classmethod
+    def for_experiment(cls, exp: Experiment) -> SimulationFederation:
+        def score(ctx: ClientContext, with_domains: bool) -> ClientScores | None:
+            return client_scores(exp, ctx, with_domains)
 
-    def clients(self, role: str = "source") -> list[int]:
-        return [cid for cid, ctx in self.contexts.items() if role == "all" or ctx.role == role]
-
-    def sample(self, k: int | None = None, role: str = "source") -> list[int]:
-        pool = self.clients(role)
-        if k is None:
-            k = max(1, round(self.fraction * len(pool))) if role == "source" else len(pool)
-        if k >= len(pool):
-            return pool
-        rng = numpy_generator(self.seed, "sample", role, self.round, self._calls)
-        return sorted(int(i) for i in rng.choice(pool, size=k, replace=False))
-
-    def call(
-        self, task: str, ids: Sequence[int], record: Record | Mapping[int, Record]
-    ) -> dict[int, Record]:
-        call_index = self._calls
-        self._calls += 1
-        sends = {cid: record[cid] if isinstance(record, Mapping) else record for cid in ids}
-        if self.count_bytes:
-            self.bytes_down += sum(sent.nbytes() for sent in sends.values())
-        raw = self._dispatch(task, sends, call_index)
-        replies: dict[int, Record] = {}
-        for cid in ids:
-            if cid not in raw:
-                continue
-            reply = raw[cid]
-            problem = validate_reply(reply, self.algorithm.shares)
-            if problem:
-                self._fail(cid, task, problem)
-                continue
-            reply.arrays = {k: v.detach().to("cpu") for k, v in reply.arrays.items()}
-            replies[cid] = reply
-        if self.shared_shapes:
-            for cid, problem in check_shapes(replies, self.algorithm.shares).items():
-                self._fail(cid, task, problem)
-                del replies[cid]
-        for reply in replies.values():
-            if self.count_bytes:
-                self.bytes_up += reply.nbytes()
-            self.samples += int(reply.metrics.get("samples", 0))
-            self.seen_shares.update(share_key(k) for k in reply.arrays)
-        self._enforce_policy(task, list(ids), replies)
-        return replies
+        return cls(exp.algorithm, exp.contexts, score_client=score, **federation_options(exp))
 
     def _dispatch(self, task: str, sends: dict[int, Record], call_index: int) -> dict[int, Record]:
-        """Run the task on every client; engines override this (a client left out failed)."""
-        return {cid: self._run(task, cid, sent, call_index) for cid, sent in sends.items()}
-
-    def _run(self, task: str, cid: int, sent: Record, call_index: int) -> Record:
-        return run_client_task(
-            self.algorithm,
-            self.contexts[cid],
-            task,
-            sent,
-            seed=self.seed,
-            round_=self.round,
-            call_index=call_index,
-            total_rounds=self.total_rounds,
-        )
-
-    def _fail(self, cid: int, task: str, problem: str) -> None:
-        message = f"round {self.round}: client {cid} failed task {task!r}: {problem}"
-        log.warning(message)
-        self.failures.append(message)
-
-    def _enforce_policy(self, task: str, ids: list[int], replies: dict[int, Record]) -> None:
-        missing = len(ids) - len(replies)
-        if not missing:
-            return
-        if self.failure_policy == "strict":
-            raise RoundFailed(
-                f"round {self.round}, task {task!r}: {missing} of {len(ids)} clients failed "
-                "(failure_policy=strict)"
+        return {
+            cid: run_client_task(
+                self.algorithm,
+                self.contexts[cid],
+                task,
+                sent,
+                seed=self.seed,
+                round_=self.round,
+                call_index=call_index,
+                total_rounds=self.total_rounds,
             )
-        if self.failure_policy == "dynamic" and len(replies) < min(self.min_clients, len(ids)):
-            raise RoundFailed(
-                f"round {self.round}, task {task!r}: only {len(replies)} of {len(ids)} "
-                f"clients replied, min_clients={self.min_clients}"
-            )
+            for cid, sent in sends.items()
+        }
+
+    def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:
+        if self.score_client is None:
+            return {}
+        found = {cid: self.score_client(ctx, with_domains) for cid, ctx in self.contexts.items()}
+        return {cid: s for cid, s in found.items() if s is not None}

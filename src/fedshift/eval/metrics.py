@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from fedshift.core.context import to_input
+from fedshift.core.split import to_input
 from fedshift.data.domains import Split
 
 Predict = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]

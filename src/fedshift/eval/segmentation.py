@@ -1,6 +1,6 @@
-"""The segmentation task: Dice loss and score, boundary regions, mask batches, local training.
+"""Segmentation: Dice loss and score, boundary regions, mask batches.
 
-With ``task = "segmentation"`` a run predicts each image's per-pixel foreground mask
+With ``problem = "segmentation"`` a run predicts each image's per-pixel foreground mask
 (``Split.mask``, e.g. digits-dg's digit strokes) instead of its class. The loss is the soft
 Dice loss of the FedDG-ELCFS official code (``utils/losses.py``: per output channel
 ``1 - (2·Σ p·t + s) / (Σ p + Σ t + s)`` over the whole batch, ``s = 1e-5``, p = sigmoid) and
@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from fedshift.core.context import ClientContext, ClientData, to_input
+from fedshift.core.context import SplitView
+from fedshift.core.split import to_input
 from fedshift.data.domains import DatasetError, Split
 
 Predict = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
-Penalty = Callable[[torch.nn.Module], torch.Tensor]
 
 DICE_SMOOTH = 1e-5
 #: scipy.ndimage's default structuring element (connectivity 1), used by the official code
@@ -75,7 +75,7 @@ def check_masks(splits: list[Split], what: str) -> None:
 
 
 def mask_batches(
-    view: ClientData, batch_size: int, rng: torch.Generator | None, *, shuffle: bool = True
+    view: SplitView, batch_size: int, rng: torch.Generator | None, *, shuffle: bool = True
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``(x, mask)`` batches: x normalized to [-1, 1], mask float ``(B, 1, H, W)`` in {0, 1}."""
     masks = view.mask
@@ -87,29 +87,6 @@ def mask_batches(
         idx = order[start : start + batch_size]
         x = to_input(view.x[idx], view.device)
         yield x, masks[idx].unsqueeze(1).to(view.device, torch.float32)
-
-
-def train_segmentation(
-    model: torch.nn.Module,
-    ctx: ClientContext,
-    *,
-    penalty: Penalty | None = None,
-    epochs: int | None = None,
-) -> dict[str, float]:
-    """Soft-Dice SGD on the client's masks (the segmentation twin of ``train_supervised``)."""
-    from fedshift.algorithms._common import local_metrics, make_optimizer, penalized_step
-
-    cfg = ctx.train_cfg
-    epochs = cfg.local_epochs if epochs is None else epochs
-    model.to(ctx.device).train()
-    optimizer = make_optimizer(model.parameters(), cfg)
-    total, seen = 0.0, 0
-    for _ in range(epochs):
-        for x, target in mask_batches(ctx.train, cfg.batch_size, ctx.rng):
-            loss = soft_dice_loss(torch.sigmoid(model(x)), target)
-            total += penalized_step(optimizer, model, loss, penalty) * len(x)
-            seen += len(x)
-    return local_metrics(ctx, seen, loss=total)
 
 
 @torch.no_grad()

@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedshift.config import ConfigError, RunConfig
-from fedshift.core.context import to_input
+from fedshift.core.errors import ConfigError
+from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
 from fedshift.core.seeding import torch_generator
+from fedshift.core.split import to_input
 from fedshift.core.state import ServerState, load_checkpoint
+from fedshift.engine.assembly import personal_model, prepare
 
 CLIENT_MARKERS = ("o", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "d")
 
@@ -41,7 +43,6 @@ class Embedding:
 
 def load_run(run_dir: str | Path, cache_dir: str | None = None):
     """The experiment of a run directory with its checkpointed server and client states."""
-    from fedshift.engine.runner import prepare
 
     run_dir = Path(run_dir)
     config_path = run_dir / "config.json"
@@ -49,6 +50,7 @@ def load_run(run_dir: str | Path, cache_dir: str | None = None):
         raise ConfigError(f"{run_dir} is not a run directory (no config.json)")
     saved = json.loads(config_path.read_text())
     names = {f.name for f in dataclasses.fields(RunConfig)}
+    saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     cfg = RunConfig(**{k: v for k, v in saved.items() if k in names})
     exp = prepare(cfg, cache_dir=cache_dir)
     ckpt = load_checkpoint(run_dir / "checkpoint.pt")
@@ -60,12 +62,11 @@ def load_run(run_dir: str | Path, cache_dir: str | None = None):
 @torch.no_grad()
 def collect(exp, state: ServerState, per_client: int = 100, seed: int = 0) -> Embedding:
     """Features of up to ``per_client`` test samples of every client, and the prototypes."""
-    from fedshift.engine.runner import personal_model
 
     algo = exp.algorithm
     shared = None if algo.personal else algo.global_model(state)
     feats, labels, owners, names = [], [], [], []
-    for index, client in enumerate(exp.task.clients):
+    for index, client in enumerate(exp.scenario.clients):
         ctx = exp.contexts[client.client_id]
         model = personal_model(algo, ctx) if algo.personal else shared
         if model is None:

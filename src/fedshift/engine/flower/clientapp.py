@@ -34,8 +34,8 @@ RUN_MARK = "fedshift-run"
 @functools.lru_cache(maxsize=2)
 def _experiment(run_config_json: str, cache_dir: str):
     """The prepared experiment of a run config (cached for in-process use and tests)."""
+    from fedshift.engine.assembly import prepare
     from fedshift.engine.flower.settings import load_run_dataset, parse_run_config
-    from fedshift.engine.runner import prepare
 
     cfg, opts = parse_run_config(json.loads(run_config_json))
     return prepare(cfg, dataset=load_run_dataset(cfg, opts, cache_dir))
@@ -49,17 +49,17 @@ def handle(message: Message, context: Context) -> Message:
         identity = ConfigRecord(identity_of(dict(context.node_config)))
         return Message(RecordDict({IDENTITY: identity}), reply_to=message)
     from fedshift.core.record import Record
+    from fedshift.engine.evaluation import client_scores
+    from fedshift.engine.federation import run_client_task
     from fedshift.engine.flower.convert import from_recorddict, save_state, to_recorddict
     from fedshift.engine.flower.node_state import NodeSnapshots, state_root
     from fedshift.engine.flower.settings import node_cache_dir, node_client_id
-    from fedshift.engine.runner import client_scores
-    from fedshift.engine.simulation import run_client_task
 
     node_config: dict[str, Any] = dict(context.node_config)
     exp = _experiment(
         json.dumps(dict(context.run_config), sort_keys=True), node_cache_dir(node_config)
     )
-    cid = node_client_id(node_config, [c.client_id for c in exp.task.clients])
+    cid = node_client_id(node_config, [c.client_id for c in exp.scenario.clients])
     if int(control["client"]) != cid:
         raise RuntimeError(
             f"message for client {control['client']} reached the node serving client {cid}"

@@ -8,8 +8,11 @@ import time
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedshift.config import ConfigError
+from fedshift.core.errors import ConfigError
 from fedshift.core.record import Record
+from fedshift.engine.assembly import Experiment
+from fedshift.engine.evaluation import DOMAIN_SCORE, ClientScores
+from fedshift.engine.federation import BaseFederation, federation_options
 from fedshift.engine.flower.convert import ConversionError, from_recorddict, to_recorddict
 from fedshift.engine.flower.messages import (
     CONTROL,
@@ -20,8 +23,6 @@ from fedshift.engine.flower.messages import (
     TASK_MESSAGE_TYPE,
 )
 from fedshift.engine.flower.settings import DeployOptions, node_client_id
-from fedshift.engine.runner import DOMAIN_SCORE, ClientScores, Experiment, federation_options
-from fedshift.engine.simulation import SimulationFederation
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 IDENTIFY_TIMEOUT = 60.0
 
 
-class FlowerFederation(SimulationFederation):
+class FlowerFederation(BaseFederation):
     """The server program's :class:`Federation` inside a Flower ``ServerApp``.
 
     Client ids map to SuperNodes through an identity query (each node answers with its
@@ -38,19 +39,20 @@ class FlowerFederation(SimulationFederation):
     ``Message`` per client and waits at most ``round_timeout`` seconds: a client without
     a node, with an error reply (e.g. its node died) or without a reply in time is a
     failed client. Sampling, seeding, reply validation against ``shares``, byte counting
-    and the failure policy are the simulation engine's, so both engines give the same
-    numbers for the same seed. ``run_token`` names the run on the SuperNodes (their client
-    state snapshots); a resumed run keeps it. Personal models are scored on their nodes
-    (:meth:`score_clients`).
+    and the failure policy are the federation base's, shared with the simulation engine,
+    so both engines give the same numbers for the same seed. ``run_token`` names the run
+    on the SuperNodes (their client state snapshots); a resumed run keeps it. Personal
+    models are scored on their nodes (:meth:`score_clients`).
     """
 
     def __init__(self, grid: Grid, exp: Experiment, opts: DeployOptions, run_token: str):
-        super().__init__(exp.algorithm, exp.contexts, **federation_options(exp))
+        roles = {cid: ctx.role for cid, ctx in exp.contexts.items()}
+        super().__init__(exp.algorithm, roles, **federation_options(exp))
         self.grid = grid
         self.run_token = run_token
         self.round_timeout = opts.round_timeout
         self.connect_timeout = opts.connect_timeout
-        self.client_ids = [c.client_id for c in exp.task.clients]
+        self.client_ids = [c.client_id for c in exp.scenario.clients]
         self.nodes: dict[int, int] = {}  # client id -> node id
         self._asked: set[int] = set()  # node ids that said who they are
         self._connected = False
@@ -165,7 +167,7 @@ class FlowerFederation(SimulationFederation):
         return received
 
     def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:
-        """Each client's personal model scored on its node (the runner's ``ScoreClients``).
+        """Each client's personal model scored on its node.
 
         Evaluation is not training: it moves no arrays, counts no bytes and a client that
         cannot answer is left out of the means (logged), not counted as failed.

@@ -19,10 +19,11 @@ from pathlib import Path
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedshift.core.state import CheckpointError
+from fedshift.core.errors import CheckpointError
+from fedshift.engine.assembly import Experiment
 from fedshift.engine.flower.federation import FlowerFederation
 from fedshift.engine.flower.settings import DeployOptions, load_run_dataset, parse_run_config
-from fedshift.engine.runner import Experiment, run_experiment
+from fedshift.engine.runner import run_experiment
 
 log = logging.getLogger(__name__)
 

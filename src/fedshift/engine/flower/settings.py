@@ -16,9 +16,11 @@ from typing import Any
 
 import torch
 
-from fedshift.config import RUN_KEYS, ConfigError, RunConfig, resolve
+from fedshift.config import resolve
+from fedshift.core.errors import ConfigError, DatasetError
+from fedshift.core.runconfig import RUN_KEYS, RunConfig
 from fedshift.data import load_dataset
-from fedshift.data.domains import DatasetError, Domain, DomainDataset
+from fedshift.data.domains import Domain, DomainDataset
 
 #: deployment options in the run config, with their defaults
 DEPLOY_DEFAULTS: dict[str, Any] = {

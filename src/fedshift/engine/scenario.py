@@ -1,23 +1,24 @@
-"""From a dataset and a protocol to clients and evaluation sets."""
+"""A scenario: the clients a protocol makes of a dataset, and what is evaluated.
+
+The protocols' builders (:mod:`fedshift.engine.protocols`) use the helpers here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from fedshift.config import ConfigError, RunConfig, listed_domains
-from fedshift.data.domains import DatasetError, DomainDataset, Split
+from fedshift.core.errors import ConfigError, DatasetError
+from fedshift.core.runconfig import RunConfig, listed_domains
+from fedshift.core.split import Split
+from fedshift.data.domains import DomainDataset
 from fedshift.data.partition import partition_domains
-from fedshift.engine.protocol_msst import build_msst
-from fedshift.engine.protocol_per_domain import build_per_domain, keep_train_fraction
-from fedshift.engine.protocol_personalized import build_personalized
 
 
 @dataclass
-class ClientData:
+class ClientShard:
     """One client's slice of the federated task."""
 
     client_id: int
@@ -30,14 +31,14 @@ class ClientData:
 
 
 @dataclass
-class FederatedTask:
+class Scenario:
     """Clients plus what is evaluated.
 
     ``targets``: domains whose test split is the headline ("target") accuracy;
     ``sources``: domains whose validation split drives model selection (source-val).
     """
 
-    clients: list[ClientData]
+    clients: list[ClientShard]
     sources: list[str]
     targets: list[str]
     dataset: DomainDataset
@@ -51,20 +52,10 @@ def concat_splits(splits: list[Split]) -> Split:
     return Split(x=torch.cat([s.x for s in splits]), y=torch.cat([s.y for s in splits]), mask=mask)
 
 
-def build_task(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> FederatedTask:
-    """Build the federated task of ``cfg.protocol`` (see :data:`PROTOCOLS`)."""
-    builder = PROTOCOLS[cfg.protocol][1]
-    task = builder(cfg, dataset)
-    task.clients = keep_train_fraction(task.clients, cfg.client_data_fraction, cfg.seed)
-    if pooled:
-        task.clients = [pool_clients(task.clients, "+".join(task.sources))]
-    return task
-
-
-def pool_clients(clients: list[ClientData], domain: str) -> ClientData:
+def pool_clients(clients: list[ClientShard], domain: str) -> ClientShard:
     """All labeled clients merged into one (the centralized reference)."""
     labeled = [c for c in clients if c.role == "source"]
-    return ClientData(
+    return ClientShard(
         client_id=0,
         name="pooled-sources",
         domain=domain,
@@ -75,13 +66,13 @@ def pool_clients(clients: list[ClientData], domain: str) -> ClientData:
     )
 
 
-def make_clients(dataset: DomainDataset, specs) -> list[ClientData]:
+def make_clients(dataset: DomainDataset, specs) -> list[ClientShard]:
     """Materialize partition specs into clients holding their own splits."""
     clients = []
     for spec in specs:
         domain = dataset.domain(spec.domain)
         clients.append(
-            ClientData(
+            ClientShard(
                 client_id=spec.client_id,
                 name=spec.name,
                 domain=spec.domain,
@@ -137,15 +128,7 @@ def partition_sources(cfg: RunConfig, dataset: DomainDataset, sources: list[str]
         raise ConfigError(str(exc)) from None
 
 
-def build_lodo(cfg: RunConfig, dataset: DomainDataset) -> FederatedTask:
-    """Leave-one-domain-out: every domain but ``cfg.target`` becomes source clients; the
-    target's test split is evaluated every round and never seen in training."""
-    sources = check_target(cfg, dataset)
-    clients = make_clients(dataset, partition_sources(cfg, dataset, sources))
-    return FederatedTask(clients=clients, sources=sources, targets=[cfg.target], dataset=dataset)
-
-
-def server_images(cfg: RunConfig, dataset: DomainDataset, task: FederatedTask):
+def server_images(cfg: RunConfig, dataset: DomainDataset, task: Scenario):
     """The unlabeled images the server holds (``cfg.server_data``), or None.
 
     ``server_data`` is ``domain`` (its train split) or ``domain:split``. The domain must be
@@ -167,18 +150,3 @@ def server_images(cfg: RunConfig, dataset: DomainDataset, task: FederatedTask):
     if domain in task.targets and split == "test":
         raise ConfigError(f"server_data may not be the test split of target domain {domain!r}")
     return images
-
-
-#: protocol name -> (description, builder). Adding a protocol adds one line here.
-PROTOCOLS: dict[str, tuple[str, Callable[[RunConfig, DomainDataset], FederatedTask]]] = {
-    "lodo": (
-        "leave-one-domain-out: target domain unseen in training, tested every round",
-        build_lodo,
-    ),
-    "personalized": (
-        "every domain trains; each client is tested on its own classes; target: clients",
-        build_personalized,
-    ),
-    "msst": ("multi-source single-target: sources labeled, target client unlabeled", build_msst),
-    "per-domain": ("every domain trains and is tested (FPL); target: all", build_per_domain),
-}

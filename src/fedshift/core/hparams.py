@@ -1,0 +1,57 @@
+"""Algorithm hyperparameters: one declaration form, validated in one place.
+
+Every algorithm declares a frozen dataclass deriving from :class:`BaseHparams` whose
+defaults are the paper's or the official code's values. Choice fields are typed
+``Literal[...]`` (a value outside the choices is an error naming them); range checks live
+in the dataclass's :meth:`BaseHparams.check`. :func:`make_hparams` is the only way a run
+builds one, so every bad value is a :class:`ConfigError` and never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from fedshift.core.errors import ConfigError
+from fedshift.core.runconfig import coerce, field_type
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseHparams:
+    """Base of every algorithm's hyperparameters."""
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` for values out of range (override; default: none)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NoHparams(BaseHparams):
+    """An algorithm without hyperparameters of its own."""
+
+
+def hparam_types(cls: type) -> dict[str, Any]:
+    """Field name -> declared type (``bool``, ``int``, ``float``, ``str`` or a Literal)."""
+    return {f.name: field_type(cls, f.name) for f in dataclasses.fields(cls)}
+
+
+def coerce_hparam(cls: type, name: str, value: Any, algorithm: str) -> Any:
+    """``value`` converted to field ``name``'s type; an unknown name is a ConfigError."""
+    types_ = hparam_types(cls)
+    if name not in types_:
+        valid = ", ".join(f"algo.{n}" for n in types_) or "(none)"
+        raise ConfigError(
+            f"unknown hyperparameter 'algo.{name}' for algorithm {algorithm!r}; valid: {valid}"
+        )
+    return coerce(value, types_[name], f"algo.{name}")
+
+
+def make_hparams(cls: type, values: Mapping[str, Any], algorithm: str = "") -> BaseHparams:
+    """Build and check ``cls`` from ``values`` (already coerced or raw text)."""
+    coerced = {k: coerce_hparam(cls, k, v, algorithm) for k, v in values.items()}
+    hp = cls(**coerced)
+    try:
+        hp.check()
+    except ValueError as exc:  # ConfigError is a ValueError; plain ones are rewrapped
+        raise ConfigError(str(exc)) from None
+    return hp

@@ -1,0 +1,178 @@
+"""The run configuration: one plain dataclass, the choices it allows and value coercion.
+
+Resolving a config from files and flags and the checks that need the algorithm registry
+live one layer up, in :mod:`fedshift.config`; everything here needs nothing but itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fedshift.core.errors import ConfigError
+
+#: learning problems: what a model predicts (``RunConfig.problem``)
+Problem = Literal["classification", "segmentation"]
+PROBLEMS: tuple[str, ...] = typing.get_args(Problem)
+PARTITIONS = ("iid", "dirichlet", "nway-kshot")
+DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZERS = ("sgd", "adam")
+FAILURE_POLICIES = ("strict", "dynamic", "resilient")
+#: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
+PROTOCOLS: dict[str, str] = {
+    "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
+    "personalized": "every domain trains; each client is tested on its own classes; "
+    "target: clients",
+    "msst": "multi-source single-target: sources labeled, target client unlabeled",
+    "per-domain": "every domain trains and is tested (FPL); target: all",
+}
+#: protocols that test every domain; their target defaults to "all"
+ALL_DOMAIN_PROTOCOLS = ("per-domain",)
+#: run keys renamed since they were introduced: old name -> new name (still accepted)
+RENAMED_KEYS = {"task": "problem"}
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines a run (the algorithm's own hyperparameters live in ``algo``)."""
+
+    algorithm: str = "fedavg"
+    dataset: str = "digits-dg"
+    target: str = "mnistm"  # held-out domain (leave-one-domain-out)
+    sources: str = ""  # comma-separated source domains; empty: every domain but the target
+    protocol: str = "lodo"
+    problem: str = "classification"  # or "segmentation": per-pixel masks, Dice (model unet)
+    rounds: int = 30
+    local_epochs: int = 1
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    optimizer: str = "sgd"
+    model: str = "cnn"
+    model_weights: str = ""  # local state-dict file for the backbone (never downloaded)
+    server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
+    image_size: int = 0  # 0: the dataset's native size
+    clients_per_domain: int = 1
+    partition: str = "iid"  # how a domain is split among its clients
+    dirichlet_alpha: float = 0.5
+    ways: int = 3  # partition=nway-kshot: mean classes per client (FedProto's N)
+    shots: int = 100  # partition=nway-kshot: train samples per class (FedProto's K)
+    stdev: int = 2  # partition=nway-kshot: spread of ways and shots around their means
+    # per-client model variants, e.g. "fedproto" or "out_channels=10/18;out_channels=10/20":
+    # ';' separates variants, ',' options, '/' tuple items; clients get variants in blocks
+    hetero_models: str = ""
+    fraction: float = 1.0  # share of source clients sampled each round (McMahan's C)
+    client_data_fraction: float = 1.0  # share of its train split each client keeps (FPL)
+    seed: int = 0
+    device: str = "auto"
+    threads: int = 0  # CPU threads for torch; 0 keeps torch's default
+    failure_policy: str = "dynamic"
+    min_clients: int = 1
+    eval_every: int = 1
+    algo: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+RUN_KEYS = [f.name for f in dataclasses.fields(RunConfig) if f.name != "algo"]
+
+
+def field_type(cls: type, name: str) -> Any:
+    """The declared type of dataclass field ``name`` (``X | None`` -> ``X``)."""
+    hint = typing.get_type_hints(cls)[name]
+    if isinstance(hint, types.UnionType):
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def coerce(value: Any, kind: Any, key: str) -> Any:
+    """Convert a TOML or command-line value to the field's type, or raise ConfigError.
+
+    ``kind`` is ``bool``, ``int``, ``float``, ``str`` or a ``Literal[...]`` of strings
+    (a choice: any other value is an error naming the choices).
+    """
+    if typing.get_origin(kind) is Literal:
+        choices = typing.get_args(kind)
+        text = str(value)
+        if text not in choices:
+            raise ConfigError(f"{key} must be one of: {', '.join(choices)}; got {value!r}")
+        return text
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if kind is float:
+            return float(value)
+        if kind is str:
+            return str(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{key} expects {kind.__name__}, got {value!r}") from None
+    return value
+
+
+def check_choice(key: str, value: str, choices: typing.Iterable[str]) -> None:
+    """Raise ConfigError naming the choices unless ``value`` is one of them."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ConfigError(f"unknown {key} {value!r}; choose one of: {', '.join(choices)}")
+
+
+def check_run_values(cfg: RunConfig) -> None:
+    """The checks of a run config that need no registry: choices and ranges."""
+    check_choice("protocol", cfg.protocol, PROTOCOLS)
+    check_choice("problem", cfg.problem, PROBLEMS)
+    check_choice("partition", cfg.partition, PARTITIONS)
+    check_choice("device", cfg.device, DEVICES)
+    check_choice("failure_policy", cfg.failure_policy, FAILURE_POLICIES)
+    check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
+    for key in (
+        "rounds",
+        "local_epochs",
+        "batch_size",
+        "clients_per_domain",
+        "eval_every",
+        "min_clients",
+    ):
+        if getattr(cfg, key) < 1:
+            raise ConfigError(f"{key} must be >= 1, got {getattr(cfg, key)}")
+    if not 0 < cfg.fraction <= 1:
+        raise ConfigError(f"fraction must be in (0, 1], got {cfg.fraction}")
+    if not 0 < cfg.client_data_fraction <= 1:
+        raise ConfigError(f"client_data_fraction must be in (0, 1], got {cfg.client_data_fraction}")
+    if cfg.lr <= 0:
+        raise ConfigError(f"lr must be > 0, got {cfg.lr}")
+    if cfg.ways < 1 or cfg.shots < 1 or cfg.stdev < 0:
+        raise ConfigError(
+            f"ways and shots must be >= 1 and stdev >= 0, got ways={cfg.ways}, "
+            f"shots={cfg.shots}, stdev={cfg.stdev}"
+        )
+    if cfg.dirichlet_alpha <= 0:
+        raise ConfigError(f"dirichlet_alpha must be > 0, got {cfg.dirichlet_alpha}")
+
+
+def listed_domains(text: str, names: list[str], dataset: str, noun: str = "domain") -> list[str]:
+    """Parse a comma-separated domain list (``--sources``) against the dataset's domains."""
+    domains = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [d for d in domains if d not in names]
+    if unknown:
+        raise ConfigError(
+            f"unknown {noun} {unknown[0]!r} for {dataset}; choose from: {', '.join(names)}"
+        )
+    if len(set(domains)) != len(domains):
+        raise ConfigError(f"domains repeat in sources: {text}")
+    return domains

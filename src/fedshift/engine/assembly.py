@@ -1,0 +1,237 @@
+"""Experiment assembly: from a resolved config to the scenario, models, algorithm and client
+contexts of a run (everything built before the first round)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import fedshift
+from fedshift.algorithms import REGISTRY
+from fedshift.config import make_hparams
+from fedshift.core.algorithm import Algorithm, RunInfo
+from fedshift.core.context import ClientContext, SplitView, TrainConfig
+from fedshift.core.errors import ConfigError, DatasetError
+from fedshift.core.record import Kind
+from fedshift.core.runconfig import RunConfig
+from fedshift.core.seeding import derive_seed
+from fedshift.data import load_dataset
+from fedshift.data.domains import DomainDataset
+from fedshift.engine.protocols import build_scenario
+from fedshift.engine.scenario import Scenario, server_images
+from fedshift.eval.segmentation import check_masks
+from fedshift.models import build_model
+from fedshift.models.registry import parse_variants, variant_of_client
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "device 'cuda' requested but CUDA is not available; use --device cpu or auto"
+        )
+    return torch.device(name)
+
+
+def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None = None):
+    """A function returning the same seeded initialization on every call.
+
+    ``options`` are extra model options (a ``hetero_models`` variant)."""
+    image_size = cfg.image_size or dataset.image_size
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(cfg.seed, "model-init"))
+        try:
+            template = build_model(
+                cfg.model,
+                dataset.num_classes,
+                in_channels=dataset.channels,
+                image_size=image_size,
+                weights_path=cfg.model_weights or None,
+                **(options or {}),
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def build() -> torch.nn.Module:
+        return copy.deepcopy(template)
+
+    return build
+
+
+def client_model_builders(
+    cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, build
+) -> dict[int, Any]:
+    """Each client's model builder: ``build`` for all, or its ``hetero_models`` variant.
+
+    Variants go to the clients in contiguous blocks (:func:`variant_of_client`). Only
+    algorithms that send no model weights can mix architectures.
+    """
+    try:
+        variants = parse_variants(cfg.hetero_models)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not variants:
+        return {c.client_id: build for c in scenario.clients}
+    if Kind.MODEL in REGISTRY[cfg.algorithm].shares.values():
+        raise ConfigError(
+            f"hetero_models needs an algorithm that shares no model weights; "
+            f"{cfg.algorithm!r} averages models (try fedproto, bd-fedproto or local)"
+        )
+    builds = [model_builder(cfg, dataset, options) for options in variants]
+    n = len(scenario.clients)
+    return {
+        c.client_id: builds[variant_of_client(i, n, len(builds))]
+        for i, c in enumerate(scenario.clients)
+    }
+
+
+@contextlib.contextmanager
+def building_with(algo: Algorithm, build):
+    """Let ``algo`` build models with ``build`` (a client's architecture) for a while."""
+    original = algo.run
+    algo.run = dataclasses.replace(original, build_model=build)
+    try:
+        yield algo
+    finally:
+        algo.run = original
+
+
+def personal_model(algo: Algorithm, ctx: ClientContext) -> torch.nn.Module | None:
+    """A client's personal model, built with the client's own architecture."""
+    with building_with(algo, ctx.build_model):
+        return algo.client_model(ctx.state)
+
+
+@dataclass
+class Experiment:
+    """Everything built from a config before the first round."""
+
+    cfg: RunConfig
+    dataset: DomainDataset
+    scenario: Scenario
+    algorithm: Algorithm
+    contexts: dict[int, ClientContext]
+    device: torch.device
+    info: dict[str, Any] = field(default_factory=dict)
+    #: unlabeled images the server holds (``cfg.server_data``), e.g. PerAda's KD set
+    server_data: torch.Tensor | None = None
+
+
+def train_config(cfg: RunConfig) -> TrainConfig:
+    """The run's local-training settings, shared by every client."""
+    return TrainConfig(
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        batch_size=cfg.batch_size,
+        local_epochs=cfg.local_epochs,
+        optimizer=cfg.optimizer,
+    )
+
+
+def client_contexts(
+    scenario: Scenario,
+    num_classes: int,
+    builds: dict[int, Any],
+    train_cfg: TrainConfig,
+    device: torch.device,
+    total_rounds: int,
+) -> dict[int, ClientContext]:
+    """One context per client; an unlabeled (target) client's views hide their labels."""
+    contexts = {}
+    for client in scenario.clients:
+        labeled = client.role == "source"
+        contexts[client.client_id] = ClientContext(
+            client_id=client.client_id,
+            name=client.name,
+            domain=client.domain,
+            role=client.role,
+            train=SplitView(client.train, labeled, device),
+            val=SplitView(client.val, labeled, device),
+            test=SplitView(client.test, labeled, device),
+            num_classes=num_classes,
+            build_model=builds[client.client_id],
+            rng=torch.Generator(),
+            device=device,
+            train_cfg=train_cfg,
+            total_rounds=total_rounds,
+        )
+    return contexts
+
+
+def run_info(cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, device) -> dict:
+    """What ``config.json`` records beside the config: versions, device, clients and sizes."""
+    return {
+        "fedshift_version": fedshift.__version__,
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "sources": scenario.sources,
+        "targets": scenario.targets,
+        "clients": [
+            {
+                "id": c.client_id,
+                "name": c.name,
+                "domain": c.domain,
+                "role": c.role,
+                "train": len(c.train),
+                "val": len(c.val),
+                "test": len(c.test),
+            }
+            for c in scenario.clients
+        ],
+        "dataset_meta": {"classes": dataset.classes, "image_size": dataset.image_size},
+    }
+
+
+def prepare(
+    cfg: RunConfig, *, cache_dir: str | None = None, dataset: DomainDataset | None = None
+) -> Experiment:
+    """Load data, build the scenario, algorithm and client contexts; raises on bad input.
+
+    ``dataset`` skips loading ``cfg.dataset`` (tests pass small in-memory datasets).
+    """
+    device = resolve_device(cfg.device)
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    if dataset is None:
+        try:
+            dataset = load_dataset(
+                cfg.dataset, cache_dir=cache_dir, image_size=cfg.image_size or None
+            )
+        except DatasetError as exc:
+            raise ConfigError(str(exc)) from None
+    algo_cls = REGISTRY[cfg.algorithm]
+    scenario = build_scenario(cfg, dataset, pooled=algo_cls.pooled)
+    if cfg.problem == "segmentation":
+        try:
+            check_masks([s for c in scenario.clients for s in (c.train, c.val, c.test)], "a client")
+        except DatasetError as exc:
+            raise ConfigError(str(exc)) from None
+    server_data = server_images(cfg, dataset, scenario)
+    build = model_builder(cfg, dataset)
+    client_builds = client_model_builders(cfg, dataset, scenario, build)
+    train_cfg = train_config(cfg)
+    run = RunInfo(
+        num_classes=dataset.num_classes,
+        build_model=build,
+        train_cfg=train_cfg,
+        total_rounds=cfg.rounds,
+        seed=cfg.seed,
+        device=device,
+        problem=cfg.problem,
+    )
+    algorithm = algo_cls(make_hparams(cfg), run)
+    algorithm.check_scenario(scenario)
+    contexts = client_contexts(
+        scenario, dataset.num_classes, client_builds, train_cfg, device, cfg.rounds
+    )
+    info = run_info(cfg, dataset, scenario, device)
+    return Experiment(cfg, dataset, scenario, algorithm, contexts, device, info, server_data)

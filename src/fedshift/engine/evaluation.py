@@ -1,0 +1,121 @@
+"""Evaluation of a round: target, per-domain and source-validation scores of the global
+model, and each client's personal model where the algorithm keeps one."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from fedshift.core.context import ClientContext
+from fedshift.core.state import ServerState
+from fedshift.engine.assembly import Experiment, personal_model
+from fedshift.engine.protocol_personalized import global_model_on_clients
+from fedshift.eval.metrics import accuracy
+from fedshift.eval.segmentation import dice
+
+#: per-client scores of a personal model: own val/test shares, every domain's test split
+ClientScores = dict[str, float]
+#: ``(with_domains) -> {client id: scores}`` of the clients whose personal model answered
+ScoreClients = Callable[[bool], dict[int, ClientScores]]
+
+DOMAIN_SCORE = "domain."
+
+
+def client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> ClientScores | None:
+    """Scores of ``ctx``'s personal model (None if it keeps none): ``val`` and ``test`` on
+    its own shares and, ``with_domains``, ``domain.<name>`` on every domain's test split.
+
+    Runs where the client state lives: in-process for the simulation engine, on the
+    SuperNode for Flower (the engine's evaluate task), so personal models never travel.
+    """
+    algo, device = exp.algorithm, exp.device
+    model = personal_model(algo, ctx)
+    if model is None:
+        return None
+    score = dice if exp.cfg.problem == "segmentation" else accuracy
+    client = next(c for c in exp.scenario.clients if c.client_id == ctx.client_id)
+    out = {
+        "val": score(model, client.val, device, algo.predict),
+        "test": score(model, client.test, device, algo.predict),
+    }
+    if with_domains:
+        for d in exp.dataset.domain_names:
+            out[DOMAIN_SCORE + d] = score(model, exp.dataset.domain(d).test, device, algo.predict)
+    return out
+
+
+def evaluate(exp: Experiment, state: ServerState, score_clients: ScoreClients) -> dict[str, Any]:
+    """Target and per-domain test accuracy, and source-validation accuracy.
+
+    Global methods are evaluated with their global model; personal methods (``local``)
+    with each client's model, averaged over clients; their ``personalized_accuracy`` is
+    each client's model on its own test share. In a per-client scenario (the personalized
+    protocol) global models are scored on every client's share too and ``target_accuracy``
+    is the mean personalized accuracy. Global methods that also keep personal models (Ditto,
+    PerAda) report those as ``personalized_accuracy``. With ``problem = "segmentation"`` every
+    "accuracy" is the mean per-image Dice, repeated as ``target_dice`` / ``per_domain_dice``.
+    ``score_clients`` scores personal models where they live (the federation's
+    :meth:`~fedshift.engine.federation.BaseFederation.score_clients`).
+    """
+    algo, device = exp.algorithm, exp.device
+    domain_names = exp.dataset.domain_names
+    score = dice if exp.cfg.problem == "segmentation" else accuracy  # Dice: segmentation
+    if algo.personal:
+        scores = [s for _, s in sorted(score_clients(True).items())]
+        if not scores:
+            return {}
+        per_domain = {d: _mean([s[DOMAIN_SCORE + d] for s in scores]) for d in domain_names}
+        own_test = [s["test"] for s in scores]
+        out = {
+            "source_val_accuracy": _mean([s["val"] for s in scores]),
+            "personalized_accuracy": _mean(own_test),
+            "personalized_accuracy_std": _std(own_test),
+        }
+    else:
+        model = algo.global_model(state)
+        if model is None:
+            return {}
+        per_domain = {
+            d: score(model, exp.dataset.domain(d).test, device, algo.predict) for d in domain_names
+        }
+        sizes = [len(exp.dataset.domain(d).val) for d in exp.scenario.sources]
+        accs = [
+            score(model, exp.dataset.domain(d).val, device, algo.predict)
+            for d in exp.scenario.sources
+        ]
+        out = {
+            "source_val_accuracy": sum(a * n for a, n in zip(accs, sizes, strict=True)) / sum(sizes)
+        }
+    out["target_accuracy"] = _mean([per_domain[t] for t in exp.scenario.targets])
+    out["per_domain_accuracy"] = per_domain
+    if exp.scenario.per_client and not algo.personal:
+        out.update(global_model_on_clients(exp.scenario.clients, model, device, algo.predict))
+    if not algo.personal and algo.keeps_client_models():
+        out.update(kept_personal_accuracy(score_clients))
+    if exp.scenario.per_client:
+        out["target_accuracy"] = out["personalized_accuracy"]
+    if exp.cfg.problem == "segmentation":
+        out["target_dice"] = out["target_accuracy"]
+        out["per_domain_dice"] = per_domain
+    return out
+
+
+def kept_personal_accuracy(score_clients: ScoreClients) -> dict[str, float]:
+    """Personal models kept next to a global one (Ditto's and PerAda's v_k) scored on each
+    client's own test share; empty for algorithms without them."""
+    scores = [s["test"] for _, s in sorted(score_clients(False).items())]
+    if not scores:
+        return {}
+    return {"personalized_accuracy": _mean(scores), "personalized_accuracy_std": _std(scores)}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _std(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    m = _mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))

@@ -1,0 +1,74 @@
+"""Model selection: which evaluated round a run reports, one small rule per method.
+
+As DomainBed's ``model_selection.py``: each rule picks a round from the run's history.
+``source-val`` (the default, training-domain validation: no target labels), ``last``,
+``oracle`` (best target round; uses target labels, reported only as an upper bound) and
+label-free scores an algorithm reports (``selection_score``, e.g. FACT's inter-domain
+distance on the target client, reported as ``target_accuracy_<name>``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+History = Sequence[dict]
+
+
+def evaluated(history: History) -> list[dict]:
+    """The rounds with a (non-NaN) target accuracy."""
+    return [h for h in history if not math.isnan(h.get("target_accuracy", math.nan))]
+
+
+@dataclass(frozen=True)
+class LastRound:
+    """The final evaluated round."""
+
+    name: str = "last"
+
+    def pick(self, history: History) -> dict | None:
+        rounds = evaluated(history)
+        return rounds[-1] if rounds else None
+
+
+@dataclass(frozen=True)
+class BestRound:
+    """The evaluated round with the best finite ``key`` (the first one on ties).
+
+    Without any finite ``key``: the first evaluated round when ``required`` (the accuracy
+    rules every run reports), else nothing (an algorithm's optional score).
+    """
+
+    name: str
+    key: str
+    higher_is_better: bool = True
+    required: bool = True
+
+    def pick(self, history: History) -> dict | None:
+        candidates = evaluated(history)
+        rounds = [h for h in candidates if math.isfinite(h.get(self.key, math.nan))]
+        if not rounds:
+            return candidates[0] if candidates and self.required else None
+        sign = -1.0 if self.higher_is_better else 1.0
+        return min(rounds, key=lambda h: sign * h[self.key])
+
+
+SOURCE_VAL = BestRound("source-val", "source_val_accuracy")
+ORACLE = BestRound("oracle", "target_accuracy")
+LAST = LastRound()
+#: the rules every run reports, by name
+SELECTIONS = {rule.name: rule for rule in (SOURCE_VAL, LAST, ORACLE)}
+
+
+def score_selection(name: str, lower_is_better: bool = True) -> BestRound:
+    """The rule of an algorithm's label-free ``selection_score`` (e.g. ``min_idd``)."""
+    return BestRound(name, "selection_score", higher_is_better=not lower_is_better, required=False)
+
+
+def select(history: History, rule: LastRound | BestRound) -> dict:
+    """The round ``rule`` picks; a history without an evaluated round is an error."""
+    picked = rule.pick(history)
+    if picked is None:
+        raise ValueError(f"no evaluated round in the history for selection {rule.name!r}")
+    return picked
