@@ -1,9 +1,10 @@
 """Fingerprint short runs of every algorithm through the CLI, to prove a refactor changes no number.
 
-Runs ``fedshift run`` for 2 rounds per case on digits-dg (target optdigits where the protocol
-has one; each algorithm in its first protocol, plus the segmentation and personalized variants), then records every number of ``metrics.jsonl``
-except timings, the summary's accuracies and a sha256 over the final checkpoint's server and
-client tensors. ``--compare OLD.json`` prints the cases whose fingerprint differs.
+Runs ``fedshift run`` for 2 rounds per case on digits-dg (target optdigits where the
+protocol has one; each algorithm in its first protocol, plus the segmentation and
+personalized variants), then records every number of ``metrics.jsonl`` except timings,
+the summary's accuracies and a sha256 over the final checkpoint's server and client tensors.
+``--compare OLD.json`` prints the cases whose fingerprint differs.
 
     python benchmarks/fingerprint.py --out runs/fp-old --json old.json
     python benchmarks/fingerprint.py --out runs/fp-new --json new.json --compare old.json
