@@ -3,7 +3,7 @@ supervised and segmentation local objectives and FedAvg's round."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -138,6 +138,20 @@ def train_segmentation(
         min_batch=1,
     )
     return local_metrics(ctx, seen, **sums)
+
+
+def optimizer_step(
+    optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer], loss: torch.Tensor
+) -> float:
+    """One step of each optimizer on ``loss``'s gradients (for loops with several models
+    and losses per batch, e.g. adversarial ones); returns the loss's value."""
+    group = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
+    for optimizer in group:
+        optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    for optimizer in group:
+        optimizer.step()
+    return float(loss.detach())
 
 
 def with_penalty(loss: torch.Tensor, model: torch.nn.Module, penalty: Penalty | None):

@@ -10,8 +10,9 @@ builds one, so every bad value is a :class:`ConfigError` and never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import coerce, field_type
@@ -19,7 +20,15 @@ from fedshift.core.runconfig import coerce, field_type
 
 @dataclasses.dataclass(frozen=True)
 class BaseHparams:
-    """Base of every algorithm's hyperparameters."""
+    """Base of every algorithm's hyperparameters: on construction, every ``Literal`` field
+    must hold one of its choices and :meth:`check` must pass (subclasses define no
+    ``__post_init__`` of their own)."""
+
+    def __post_init__(self) -> None:
+        for name, kind in hparam_types(type(self)).items():
+            if typing.get_origin(kind) is Literal:
+                coerce(getattr(self, name), kind, f"algo.{name}")
+        self.check()
 
     def check(self) -> None:
         """Raise :class:`ConfigError` for values out of range (override; default: none)."""
@@ -49,9 +58,7 @@ def coerce_hparam(cls: type, name: str, value: Any, algorithm: str) -> Any:
 def make_hparams(cls: type, values: Mapping[str, Any], algorithm: str = "") -> BaseHparams:
     """Build and check ``cls`` from ``values`` (already coerced or raw text)."""
     coerced = {k: coerce_hparam(cls, k, v, algorithm) for k, v in values.items()}
-    hp = cls(**coerced)
     try:
-        hp.check()
+        return cls(**coerced)
     except ValueError as exc:  # ConfigError is a ValueError; plain ones are rewrapped
         raise ConfigError(str(exc)) from None
-    return hp
