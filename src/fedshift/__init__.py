@@ -1,3 +1,5 @@
 """fedshift: federated learning under domain shift."""
 
-__version__ = "0.1.0"
+from fedshift.core.version import __version__
+
+__all__ = ["__version__"]

@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-import fedshift
 from fedshift.algorithms import REGISTRY
 from fedshift.config import make_hparams
 from fedshift.core.algorithm import Algorithm, RunInfo
@@ -21,6 +20,7 @@ from fedshift.core.errors import ConfigError, DatasetError
 from fedshift.core.record import Kind
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.seeding import derive_seed
+from fedshift.core.version import __version__
 from fedshift.data import load_dataset
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.protocols import build_scenario
@@ -169,7 +169,7 @@ def client_contexts(
 def run_info(cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, device) -> dict:
     """What ``config.json`` records beside the config: versions, device, clients and sizes."""
     return {
-        "fedshift_version": fedshift.__version__,
+        "fedshift_version": __version__,
         "torch_version": torch.__version__,
         "python": platform.python_version(),
         "device": str(device),

@@ -1,14 +1,12 @@
-"""Accuracy and model selection."""
+"""Classification accuracy of a model on a split (model selection is in engine.selection)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
-from fedshift.core.split import to_input
-from fedshift.data.domains import Split
+from fedshift.core.split import Split, to_input
 
 Predict = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
 
@@ -31,26 +29,3 @@ def accuracy(
         y = split.y[start : start + batch_size].to(device)
         correct += int((predict(model, x).argmax(1) == y).sum())
     return correct / len(split)
-
-
-SELECTIONS = ("source-val", "last", "oracle")
-
-
-def select_round(history: Sequence[dict], selection: str = "source-val") -> dict:
-    """The history entry a model-selection rule picks (first best on ties).
-
-    ``source-val``: best mean source-validation accuracy (DomainBed's training-domain
-    validation, no target labels); ``last``: the final round; ``oracle``: best target
-    accuracy (uses target labels, reported only as an upper bound on selection).
-    """
-    evaluated = [h for h in history if not math.isnan(h.get("target_accuracy", math.nan))]
-    if not evaluated:
-        raise ValueError("no evaluated round in the history")
-    if selection == "last":
-        return evaluated[-1]
-    key = {"source-val": "source_val_accuracy", "oracle": "target_accuracy"}[selection]
-    best = evaluated[0]
-    for entry in evaluated[1:]:
-        if entry[key] > best[key]:
-            best = entry
-    return best

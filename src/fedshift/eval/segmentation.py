@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.core.context import SplitView
-from fedshift.core.split import to_input
-from fedshift.data.domains import DatasetError, Split
+from fedshift.core.errors import DatasetError
+from fedshift.core.split import Split, to_input
 
 Predict = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
 
