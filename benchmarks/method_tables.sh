@@ -63,7 +63,7 @@ for section in $sections; do
         --set algo.share_discriminator=false --out "$root/lodo-fedadg-official" --quiet ;;
     segmentation)  # FedDG-ELCFS vs FedAvg on digit-foreground segmentation, Dice (issue 6)
       fedshift sweep -a fedavg,feddg-elcfs -t $targets --seeds $seeds --rounds "${SEG_ROUNDS:-10}" \
-        --set task=segmentation --set model=unet "${one[@]}" --out "$root/segmentation" --quiet ;;
+        --set problem=segmentation --set model=unet "${one[@]}" --out "$root/segmentation" --quiet ;;
     perada)  # PerAda on a backbone pretrained on syn, which then stays out of the federation
       syn_backbone
       for t in mnist mnistm optdigits; do
