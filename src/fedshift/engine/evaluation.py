@@ -3,7 +3,6 @@ model, and each client's personal model where the algorithm keeps one."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +10,7 @@ from fedshift.core.context import ClientContext
 from fedshift.core.state import ServerState
 from fedshift.engine.assembly import Experiment, personal_model
 from fedshift.engine.protocol_personalized import global_model_on_clients
-from fedshift.eval.metrics import accuracy
+from fedshift.eval.metrics import accuracy, mean_or_nan, sample_std
 from fedshift.eval.segmentation import dice
 
 #: per-client scores of a personal model: own val/test shares, every domain's test split
@@ -65,12 +64,12 @@ def evaluate(exp: Experiment, state: ServerState, score_clients: ScoreClients) -
         scores = [s for _, s in sorted(score_clients(True).items())]
         if not scores:
             return {}
-        per_domain = {d: _mean([s[DOMAIN_SCORE + d] for s in scores]) for d in domain_names}
+        per_domain = {d: mean_or_nan([s[DOMAIN_SCORE + d] for s in scores]) for d in domain_names}
         own_test = [s["test"] for s in scores]
         out = {
-            "source_val_accuracy": _mean([s["val"] for s in scores]),
-            "personalized_accuracy": _mean(own_test),
-            "personalized_accuracy_std": _std(own_test),
+            "source_val_accuracy": mean_or_nan([s["val"] for s in scores]),
+            "personalized_accuracy": mean_or_nan(own_test),
+            "personalized_accuracy_std": sample_std(own_test),
         }
     else:
         model = algo.global_model(state)
@@ -87,7 +86,7 @@ def evaluate(exp: Experiment, state: ServerState, score_clients: ScoreClients) -
         out = {
             "source_val_accuracy": sum(a * n for a, n in zip(accs, sizes, strict=True)) / sum(sizes)
         }
-    out["target_accuracy"] = _mean([per_domain[t] for t in exp.scenario.targets])
+    out["target_accuracy"] = mean_or_nan([per_domain[t] for t in exp.scenario.targets])
     out["per_domain_accuracy"] = per_domain
     if exp.scenario.per_client and not algo.personal:
         out.update(global_model_on_clients(exp.scenario.clients, model, device, algo.predict))
@@ -107,15 +106,7 @@ def kept_personal_accuracy(score_clients: ScoreClients) -> dict[str, float]:
     scores = [s["test"] for _, s in sorted(score_clients(False).items())]
     if not scores:
         return {}
-    return {"personalized_accuracy": _mean(scores), "personalized_accuracy_std": _std(scores)}
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
-def _std(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    m = _mean(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    return {
+        "personalized_accuracy": mean_or_nan(scores),
+        "personalized_accuracy_std": sample_std(scores),
+    }

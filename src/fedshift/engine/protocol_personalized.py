@@ -23,7 +23,7 @@ from fedshift.core.runconfig import RunConfig, listed_domains
 from fedshift.core.split import Split
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.scenario import ClientShard, Scenario, make_clients, partition_sources
-from fedshift.eval.metrics import Predict, accuracy
+from fedshift.eval.metrics import Predict, accuracy, mean_or_nan, sample_std
 
 #: the ``target`` of the personalized protocol: the clients' own test shares
 CLIENTS = "clients"
@@ -94,18 +94,7 @@ def clients_accuracy(
     test = [accuracy(model_of(c.client_id), c.test, device, predict) for c in clients]
     val = [v for v in val if not math.isnan(v)]
     return {
-        "source_val_accuracy": _mean(val),
-        "personalized_accuracy": _mean(test),
-        "personalized_accuracy_std": _std(test),
+        "source_val_accuracy": mean_or_nan(val),
+        "personalized_accuracy": mean_or_nan(test),
+        "personalized_accuracy_std": sample_std(test),
     }
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else float("nan")
-
-
-def _std(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    m = _mean(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -29,3 +30,16 @@ def accuracy(
         y = split.y[start : start + batch_size].to(device)
         correct += int((predict(model, x).argmax(1) == y).sum())
     return correct / len(split)
+
+
+def mean_or_nan(values: list[float]) -> float:
+    """The mean, or NaN for no values."""
+    return sum(values) / len(values) if values else float("nan")
+
+
+def sample_std(values: list[float]) -> float:
+    """The sample standard deviation (n - 1); 0 for fewer than two values."""
+    if len(values) < 2:
+        return 0.0
+    m = mean_or_nan(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
