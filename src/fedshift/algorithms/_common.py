@@ -67,10 +67,11 @@ def fit(
     ``batches()``, one optimizer step on ``step_loss(x, y)`` per batch.
 
     Batches smaller than ``min_batch`` are skipped (BatchNorm cannot train on a single
-    sample). Returns the batch-size-weighted sums of ``loss`` and of each named term, and
-    the number of samples seen (:func:`local_metrics` turns them into a reply's metrics).
+    sample). Returns the batch-size-weighted sums of ``loss`` (0 when no batch was trained)
+    and of each named term, and the number of samples seen (:func:`local_metrics` turns
+    them into a reply's metrics).
     """
-    sums: dict[str, float] = {}
+    sums: dict[str, float] = {"loss": 0.0}
     seen = 0
     for _ in range(epochs):
         for x, y in batches():
@@ -143,8 +144,9 @@ def train_segmentation(
 def optimizer_step(
     optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer], loss: torch.Tensor
 ) -> float:
-    """One step of each optimizer on ``loss``'s gradients (for loops with several models
-    and losses per batch, e.g. adversarial ones); returns the loss's value."""
+    """Clear the gradients of ``optimizers``, backpropagate ``loss`` and step each of them;
+    returns the loss's value. For loops that ``fit`` does not cover: several models and
+    losses per batch (adversarial ones), or a step with a schedule (PerAda's KD)."""
     group = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
     for optimizer in group:
         optimizer.zero_grad(set_to_none=True)

@@ -40,16 +40,30 @@ def local_statistics(
         feats = model.features(x)
         if with_mi:
             probs.append(torch.softmax(model.classifier(feats), dim=1).to("cpu", torch.float64))
-        feats = feats.to("cpu", torch.float64)
-        labels = y.to("cpu")
-        for label in labels.unique().tolist():
-            rows = feats[labels == label]
-            sums[label] = sums.get(label, 0) + rows.sum(0)
-            counts[label] = counts.get(label, 0) + len(rows)
+        accumulate_class_sums(sums, counts, feats, y)
     model.train(was_training)
-    protos = {c: (sums[c] / counts[c]).to(torch.float32) for c in sorted(sums)}
+    protos = class_means(sums, counts)
     mi = mutual_information(torch.cat(probs)) if probs else float("nan")
     return protos, {c: counts[c] for c in sorted(counts)}, mi
+
+
+def accumulate_class_sums(
+    sums: dict[int, torch.Tensor],
+    counts: dict[int, int],
+    features: torch.Tensor,
+    labels: torch.Tensor,
+) -> None:
+    """Add a batch's per-class feature sums (float64, CPU) and counts to running totals."""
+    features, labels = features.to("cpu", torch.float64), labels.to("cpu")
+    for label in labels.unique().tolist():
+        rows = features[labels == label]
+        sums[label] = sums.get(label, 0) + rows.sum(0)
+        counts[label] = counts.get(label, 0) + len(rows)
+
+
+def class_means(sums: Mapping[int, torch.Tensor], counts: Mapping[int, int]) -> Prototypes:
+    """The float32 prototype table of running per-class sums and counts, by class."""
+    return {c: (sums[c] / counts[c]).to(torch.float32) for c in sorted(sums)}
 
 
 def class_prototypes(

@@ -5,17 +5,40 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from fedshift.algorithms._prototypes import prototype_arrays, prototype_loss
-from fedshift.algorithms.fedproto import INFERENCES, FedProto
+from fedshift.algorithms.fedproto import FedProto
 from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Record
 from fedshift.core.seeding import numpy_generator
 from fedshift.core.state import ServerState
+
+
+@dataclass(frozen=True)
+class BDFedProtoHparams(BaseHparams):
+    alpha: float = 0.5  # α, weight of the contrastive term L_C (eq. 3)
+    beta: float = 0.5  # β, weight of the negative part L_N in L_C (eq. 7)
+    temperature: float = 1.0  # T, simulated-annealing temperature of DA (eq. 6)
+    lambda_init: float = 1.0  # λ_D before any adjustment
+    lambda_min: float = 0.1  # lower bound of λ_D
+    lambda_max: float = 2.0  # upper bound of λ_D
+    weighted: bool = True  # FedProto eq. 1 count weighting; False: plain mean
+    # "prototype": nearest own-class C̄(c); "head": the classifier
+    inference: Literal["prototype", "head"] = "prototype"
+
+    def check(self) -> None:
+        if not 0 < self.lambda_min <= self.lambda_init <= self.lambda_max:
+            raise ConfigError(
+                "algo.lambda_min, algo.lambda_init and algo.lambda_max must satisfy "
+                f"0 < lambda_min <= lambda_init <= lambda_max; got {self.lambda_min}, "
+                f"{self.lambda_init}, {self.lambda_max}"
+            )
 
 
 def negative_loss(
@@ -115,25 +138,7 @@ class BDFedProto(FedProto):
         "Xu, Xiao, Wang, Federated prototype learning with balanced information and dynamic "
         "updating (BD-FedProto), 2024"
     )
-
-    @dataclass(frozen=True)
-    class Hparams(BaseHparams):
-        alpha: float = 0.5  # α, weight of the contrastive term L_C (eq. 3)
-        beta: float = 0.5  # β, weight of the negative part L_N in L_C (eq. 7)
-        temperature: float = 1.0  # T, simulated-annealing temperature of DA (eq. 6)
-        lambda_init: float = 1.0  # λ_D before any adjustment
-        lambda_min: float = 0.1  # lower bound of λ_D
-        lambda_max: float = 2.0  # upper bound of λ_D
-        weighted: bool = True  # FedProto eq. 1 count weighting; False: plain mean
-        inference: str = "prototype"  # "prototype": nearest own-class C̄(c); "head"
-
-        def __post_init__(self) -> None:
-            if self.inference not in INFERENCES:
-                raise ValueError(
-                    f"inference must be one of {', '.join(INFERENCES)}, got {self.inference!r}"
-                )
-            if not 0 < self.lambda_min <= self.lambda_init <= self.lambda_max:
-                raise ValueError("need 0 < lambda_min <= lambda_init <= lambda_max")
+    Hparams = BDFedProtoHparams
 
     def downlink(self, state: ServerState, fed: Federation) -> dict[int, Record]:
         """Per client: its own classes' prototypes by class, every other one unlabeled."""
@@ -171,11 +176,11 @@ class BDFedProto(FedProto):
         weight = self.hp.alpha * float(ctx.state.get("lambda_d", self.hp.lambda_init))
         return weight * contrastive, {"proto-loss": positive, "negative-loss": negative}
 
-    def after_training(self, ctx: ClientContext, parts: dict[str, float]) -> dict[str, float]:
+    def after_training(self, ctx: ClientContext, metrics: dict[str, float]) -> dict[str, float]:
         """DA: update λ_D from this round's and the previous round's L_S and L_P means."""
         hp = self.hp
         lam = float(ctx.state.get("lambda_d", hp.lambda_init))
-        ce, proto = parts.get("ce-loss", 0.0), parts.get("proto-loss", 0.0)
+        ce, proto = metrics.get("ce-loss", 0.0), metrics.get("proto-loss", 0.0)
         has_proto = "prototypes" in ctx.state and proto > 0
         if has_proto and "prev_proto_loss" in ctx.state:
             rho = confidence(ce, ctx.state["prev_ce_loss"], proto, ctx.state["prev_proto_loss"])

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
     fit,
+    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
@@ -27,19 +28,30 @@ from fedshift.core.split import to_input
 from fedshift.core.state import ServerState
 from fedshift.models.adain import adain, load_adain_networks, pooled_style
 
-STYLE_TYPES = ("overall", "single")
+StyleType = Literal["overall", "single"]
 #: images encoded at once when computing styles
 STYLE_BATCH = 64
 
 
 @dataclass(frozen=True)
 class CCSTHparams(BaseHparams):
-    style: str = "overall"  # style type: "overall" (S_k^overall) or "single" (S_k^single)
+    style: StyleType = "overall"  # style type: "overall" (S_k^overall) or "single" (S_k^single)
     single_styles: int = 32  # J, per-image styles a client uploads in "single" mode
     styles_per_image: int = 3  # L, augmentation level: styles per image (clipped to K)
     alpha: float = 1.0  # α, AdaIN content/style trade-off (official 1.0)
     vgg_weights: str = ""  # local vgg_normalised.pth: with decoder_weights, the VGG AdaIN model
     decoder_weights: str = ""  # local AdaIN decoder.pth
+
+    def check(self) -> None:
+        if self.single_styles < 1 or self.styles_per_image < 1:
+            raise ConfigError("algo.single_styles and algo.styles_per_image must be >= 1")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError(f"algo.alpha must be in [0, 1], got {self.alpha}")
+        if bool(self.vgg_weights) != bool(self.decoder_weights):
+            raise ConfigError(
+                "the VGG AdaIN model needs both algo.vgg_weights and algo.decoder_weights "
+                "(local files); give both, or neither for image-space AdaIN"
+            )
 
 
 def unit_range(x: torch.Tensor) -> torch.Tensor:
@@ -93,19 +105,6 @@ class CCST(FedAvg):
 
     def __init__(self, hp: CCSTHparams, run: RunInfo):
         super().__init__(hp, run)
-        if hp.style not in STYLE_TYPES:
-            raise ConfigError(
-                f"algo.style must be one of: {', '.join(STYLE_TYPES)}; got {hp.style!r}"
-            )
-        if hp.single_styles < 1 or hp.styles_per_image < 1:
-            raise ConfigError("algo.single_styles and algo.styles_per_image must be >= 1")
-        if not 0.0 <= hp.alpha <= 1.0:
-            raise ConfigError(f"algo.alpha must be in [0, 1], got {hp.alpha}")
-        if bool(hp.vgg_weights) != bool(hp.decoder_weights):
-            raise ConfigError(
-                "the VGG AdaIN model needs both algo.vgg_weights and algo.decoder_weights "
-                "(local files); give both, or neither for image-space AdaIN"
-            )
         self._networks: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
         if hp.vgg_weights:
             try:
@@ -115,11 +114,17 @@ class CCST(FedAvg):
 
     # -- server --------------------------------------------------------------------------
     def setup(self, state: ServerState, fed: Federation) -> ServerState:
-        """Gather every source client's style into the bank and broadcast it once."""
+        """Build the style bank once, before round 1:
+
+        1. every source client computes and sends its style;
+        2. the server stacks the styles into the bank B and broadcasts it.
+        """
         ids = fed.clients()
+        # 1. local styles
         replies = fed.call("style-stats", ids, Record())
         if not replies:
             raise RoundFailed("CCST: no client returned its style; the style bank is empty")
+        # 2. the style bank, broadcast once
         owners = sorted(replies)
         bank = Record(
             arrays={
@@ -280,5 +285,4 @@ class CCST(FedAvg):
 
         optimizer = make_optimizer(model.parameters(), cfg)
         sums, seen = fit(optimizer, cfg.local_epochs, styled_batches, step_loss)
-        total = sums.get("loss", 0.0)
-        return {"loss": total / max(seen, 1), "num-examples": n, "samples": seen}
+        return local_metrics(ctx, seen, loss=sums.get("loss", 0.0))

@@ -9,14 +9,14 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
-    average_replies,
+    averaging_round,
     local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
+    optimizer_step,
     proximal_penalty,
     state_dict_cpu,
-    weighted_metric,
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
@@ -58,14 +58,7 @@ class Ditto(Algorithm):
     shares = {"model": Kind.MODEL}
 
     def round(self, state: ServerState, fed: Federation):
-        ids = fed.sample()
-        replies = fed.call("train", ids, Record().with_arrays("model", state.model))
-        if replies:
-            state.model = average_replies(replies)
-        return state, {
-            "train_loss": weighted_metric(replies, "loss"),
-            "personal_loss": weighted_metric(replies, "personal_loss"),
-        }
+        return averaging_round(state, fed, {"train_loss": "loss", "personal_loss": "personal_loss"})
 
     def client_model(self, client_state: dict[str, Any]) -> torch.nn.Module | None:
         if "personal" not in client_state:
@@ -92,16 +85,11 @@ class Ditto(Algorithm):
             for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
                 if len(x) < 2:
                     continue
-                loss_personal = F.cross_entropy(personal(x), y) + penalty(personal)
-                opt_personal.zero_grad(set_to_none=True)
-                loss_personal.backward()
-                opt_personal.step()
-                loss_shared = F.cross_entropy(shared(x), y)
-                opt_shared.zero_grad(set_to_none=True)
-                loss_shared.backward()
-                opt_shared.step()
-                shared_total += float(loss_shared.detach()) * len(x)
-                personal_total += float(loss_personal.detach()) * len(x)
+                # two models, two losses per batch: one step each, personal model first
+                personal_loss = F.cross_entropy(personal(x), y) + penalty(personal)
+                personal_total += optimizer_step(opt_personal, personal_loss) * len(x)
+                shared_loss = F.cross_entropy(shared(x), y)
+                shared_total += optimizer_step(opt_shared, shared_loss) * len(x)
                 seen += len(x)
         ctx.state["personal"] = state_dict_cpu(personal)
         reply = model_record(shared)

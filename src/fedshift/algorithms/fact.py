@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import local_metrics, state_dict_cpu, weighted_metric
+from fedshift.algorithms._common import fit, local_metrics, state_dict_cpu, weighted_metric
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
@@ -20,8 +22,8 @@ from fedshift.core.reduce import mean
 from fedshift.core.state import ServerState
 
 Tensors = dict[str, torch.Tensor]
-
-EVALUATIONS = ("ensemble", "average")
+Batches = Callable[[], Iterable[tuple[torch.Tensor, Any]]]
+Evaluation = Literal["ensemble", "average"]
 
 
 @dataclass(frozen=True)
@@ -30,10 +32,18 @@ class FACTHparams(BaseHparams):
     lr_decay: float = 0.75  # exponent of η = η₀·(1 + 10·p)^(−0.75) (Ganin et al.'s schedule)
     batch_size: int = 128  # B (official scripts)
     finetune_epochs: int = 1  # epochs of head fine-tuning F_si on the aggregated G' (official 1)
-    evaluate_with: str = "ensemble"  # "ensemble": per sample the more confident of F1, F2
+    evaluate_with: Evaluation = "ensemble"  # "ensemble": per sample the more confident of F1, F2
     # (official evaluation); "average": the averaged head F used for the next round
     adapt_target: bool = True  # False skips step (4), the target's IDD minimization: an
     # ablation, FACT's source schedule without adaptation (the global G is then G')
+
+    def check(self) -> None:
+        if self.lr <= 0:
+            raise ConfigError(f"algo.lr must be > 0, got {self.lr}")
+        if self.batch_size < 2:
+            raise ConfigError(f"algo.batch_size must be >= 2, got {self.batch_size}")
+        if self.finetune_epochs < 1:
+            raise ConfigError(f"algo.finetune_epochs must be >= 1, got {self.finetune_epochs}")
 
 
 def inter_domain_distance(logits_1: torch.Tensor, logits_2: torch.Tensor) -> torch.Tensor:
@@ -137,29 +147,31 @@ class FACT(Algorithm):
     #: run the source head fine-tuning step (FACT); FACT-NF skips it
     finetune = True
 
-    def __init__(self, hp: FACTHparams, run):
-        super().__init__(hp, run)
-        if hp.evaluate_with not in EVALUATIONS:
-            raise ValueError(
-                f"algo.evaluate_with must be one of {', '.join(EVALUATIONS)}, "
-                f"got {hp.evaluate_with!r}"
-            )
-        if hp.lr <= 0 or hp.batch_size < 2 or hp.finetune_epochs < 1:
-            raise ValueError("FACT needs algo.lr > 0, algo.batch_size >= 2, finetune_epochs >= 1")
-
     # -- server --------------------------------------------------------------------------
     def round(self, state: ServerState, fed: Federation):
+        """One round (the steps of the class docstring):
+
+        1. two sampled sources train G and F from the global model;
+        2. the server averages their generators into G';
+        3. each source fine-tunes its head on G' (FACT-NF skips this);
+        4. the target minimizes the IDD of the two heads w.r.t. G (unless
+           ``adapt_target=false``);
+        5. G_t (or G') and the mean of the two heads become the global model.
+        """
         if len(fed.clients("source")) < 2 or not fed.clients("target"):
             raise RuntimeError("FACT needs at least two source clients and a target client")
+        # 1. cross-initialized source training
         ids = fed.sample(k=2)
         send = Record(config={"send_head": not self.finetune}).with_arrays("model", state.model)
         trained = fed.call("train", ids, send)
         metrics = {"train_loss": weighted_metric(trained, "loss")}
         if len(trained) < 2:
             return state, metrics
+        # 2. generator averaging
         pair = list(trained)
         generators = [split_generator_head(trained[c].subset("model"))[0] for c in pair]
         aggregated = aggregate_generators(generators)
+        # 3. head fine-tuning on G'
         if self.finetune:
             tuned = fed.call("finetune", pair, Record().with_arrays("model", aggregated))
             if len(tuned) < 2:
@@ -168,6 +180,7 @@ class FACT(Algorithm):
             metrics["finetune_loss"] = weighted_metric(tuned, "loss")
         else:
             heads = [split_generator_head(trained[c].subset("model"))[1] for c in pair]
+        # 4. IDD minimization on the target
         generator = aggregated
         if self.hp.adapt_target:
             to_target = Record().with_arrays("model", aggregated)
@@ -178,6 +191,7 @@ class FACT(Algorithm):
             generator = aggregate_generators([r.subset("model") for r in adapted.values()])
             idd = sum(float(r.metrics["idd"]) for r in adapted.values()) / len(adapted)
             metrics.update(idd=idd, selection_score=idd)
+        # 5. the new global model
         state.model = {**generator, **average_heads(heads)}
         state.extra["heads"] = heads
         return state, metrics
@@ -205,6 +219,20 @@ class FACT(Algorithm):
             params, lr=self._lr(ctx), momentum=cfg.momentum, weight_decay=cfg.weight_decay
         )
 
+    def _scheduled(
+        self, ctx: ClientContext, optimizer: torch.optim.Optimizer, batches: Batches
+    ) -> Batches:
+        """``batches`` for :func:`fit` that first set the epoch's learning rate and, once
+        the epoch is through, count it in this client's schedule."""
+
+        def epoch():
+            for group in optimizer.param_groups:
+                group["lr"] = self._lr(ctx)
+            yield from batches()
+            ctx.state["epochs_done"] = int(ctx.state.get("epochs_done", 0)) + 1
+
+        return epoch
+
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:
         """Source training: CE on (G, F) from the global model, E epochs."""
@@ -212,27 +240,19 @@ class FACT(Algorithm):
         model.load_state_dict(record.subset("model"))
         model.to(ctx.device).train()
         optimizer = self._sgd(model.parameters(), ctx)
-        total, seen = 0.0, 0
-        for _ in range(ctx.train_cfg.local_epochs):
-            for group in optimizer.param_groups:
-                group["lr"] = self._lr(ctx)
-            for x, y in ctx.train.batches(self.hp.batch_size, ctx.rng):
-                if len(x) < 2:
-                    continue
-                loss = F.cross_entropy(model(x), y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(x)
-                seen += len(x)
-            ctx.state["epochs_done"] = int(ctx.state.get("epochs_done", 0)) + 1
+        sums, seen = fit(
+            optimizer,
+            ctx.train_cfg.local_epochs,
+            self._scheduled(ctx, optimizer, lambda: ctx.train.batches(self.hp.batch_size, ctx.rng)),
+            lambda x, y: F.cross_entropy(model(x), y),
+        )
         generator, head = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", generator)
         if record.config.get("send_head", True):
             reply.with_arrays("model", head)
         else:
             ctx.state["head"] = head
-        reply.metrics.update(local_metrics(ctx, seen, loss=total))
+        reply.metrics.update(local_metrics(ctx, seen, loss=sums.get("loss", 0.0)))
         return reply
 
     @client_task("finetune")
@@ -246,21 +266,15 @@ class FACT(Algorithm):
         model.to(ctx.device).train()
         for param in model.backbone.parameters():
             param.requires_grad_(False)
-        optimizer = self._sgd(model.head.parameters(), ctx)
-        total, seen = 0.0, 0
-        for _ in range(self.hp.finetune_epochs):
-            for x, y in ctx.train.batches(self.hp.batch_size, ctx.rng):
-                if len(x) < 2:
-                    continue
-                loss = F.cross_entropy(model.classifier(model.features(x)), y)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(x)
-                seen += len(x)
+        sums, seen = fit(
+            self._sgd(model.head.parameters(), ctx),
+            self.hp.finetune_epochs,
+            lambda: ctx.train.batches(self.hp.batch_size, ctx.rng),
+            lambda x, y: F.cross_entropy(model.classifier(model.features(x)), y),
+        )
         _, head = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", head)
-        reply.metrics.update(local_metrics(ctx, seen, loss=total))
+        reply.metrics.update(local_metrics(ctx, seen, loss=sums.get("loss", 0.0)))
         return reply
 
     @client_task("idd")
@@ -277,23 +291,27 @@ class FACT(Algorithm):
         for param in [*model.head.parameters(), *second_head.parameters()]:
             param.requires_grad_(False)
         optimizer = self._sgd(model.backbone.parameters(), ctx)
-        total, batches, seen = 0.0, 0, 0
-        for _ in range(ctx.train_cfg.local_epochs):
-            for group in optimizer.param_groups:
-                group["lr"] = self._lr(ctx)
-            for x, _ in ctx.train.batches(self.hp.batch_size, ctx.rng, labels=False):
-                if len(x) < 2:
-                    continue
-                features = model.features(x)
-                loss = inter_domain_distance(model.classifier(features), second_head(features))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach())
-                batches += 1
-                seen += len(x)
-            ctx.state["epochs_done"] = int(ctx.state.get("epochs_done", 0)) + 1
+        idd_total, idd_batches = 0.0, 0
+
+        def idd_loss(x: torch.Tensor, _) -> torch.Tensor:
+            nonlocal idd_total, idd_batches
+            features = model.features(x)
+            loss = inter_domain_distance(model.classifier(features), second_head(features))
+            idd_total += float(loss.detach())  # the reported IDD is the mean over batches
+            idd_batches += 1
+            return loss
+
+        _, seen = fit(
+            optimizer,
+            ctx.train_cfg.local_epochs,
+            self._scheduled(
+                ctx,
+                optimizer,
+                lambda: ctx.train.batches(self.hp.batch_size, ctx.rng, labels=False),
+            ),
+            idd_loss,
+        )
         generator, _ = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", generator)
-        reply.metrics.update(local_metrics(ctx, seen), idd=total / max(batches, 1))
+        reply.metrics.update(local_metrics(ctx, seen), idd=idd_total / max(idd_batches, 1))
         return reply

@@ -11,13 +11,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshift.algorithms._common import (
+    fit,
     local_metrics,
     make_optimizer,
+    optimizer_step,
     state_dict_cpu,
     weighted_metric,
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
@@ -39,6 +42,18 @@ class FADAHparams(BaseHparams):
     gap_references: int = 5  # B, uniform reference sets of the gap statistic
     gap_clusters: int = 0  # k of the gap statistic's k-means; 0: the number of classes
     kmeans_iterations: int = 10  # Lloyd iterations of that k-means
+
+    def check(self) -> None:
+        if self.feature_samples < 2:
+            raise ConfigError(f"algo.feature_samples must be >= 2, got {self.feature_samples}")
+        if self.hidden < 1:
+            raise ConfigError(f"algo.hidden must be >= 1, got {self.hidden}")
+        if self.gap_references < 1:
+            raise ConfigError(f"algo.gap_references must be >= 1, got {self.gap_references}")
+        if self.attention_temperature <= 0:
+            raise ConfigError(
+                f"algo.attention_temperature must be > 0, got {self.attention_temperature}"
+            )
 
 
 class FADANet(nn.Module):
@@ -173,13 +188,6 @@ class FADA(Algorithm):
     }
     protocols = ("msst",)
 
-    def __init__(self, hp: FADAHparams, run):
-        super().__init__(hp, run)
-        if hp.feature_samples < 2 or hp.hidden < 1 or hp.gap_references < 1:
-            raise ValueError("FADA needs feature_samples >= 2, hidden >= 1, gap_references >= 1")
-        if hp.attention_temperature <= 0:
-            raise ValueError("algo.attention_temperature must be > 0")
-
     def build_net(self) -> FADANet:
         return FADANet(self.run.build_model())
 
@@ -196,20 +204,31 @@ class FADA(Algorithm):
 
     # -- server --------------------------------------------------------------------------
     def round(self, state: ServerState, fed: Federation):
+        """One round (the steps of the class docstring):
+
+        1. the target embeds a sample of its images with the global G;
+        2. the sources train from the global model against those features;
+        3. the target scores each source's G_k by its gap-statistic gain and the server
+           takes the attention-weighted mean of the sources' models;
+        4. the target aligns G_t against the sources' frozen domain identifiers.
+        """
         targets = fed.clients("target")
         if not targets:
             raise RuntimeError("FADA needs a target client (protocol msst)")
         target = targets[0]
+        # 1. target features
         global_net = Record().with_arrays("model", state.model)
         embedded = fed.call("features", [target], global_net)
         if not embedded:
             return state, {"train_loss": math.nan}
+        # 2. source training
         to_sources = Record().with_arrays("model", state.model)
         to_sources.arrays["features"] = embedded[target].arrays["features"]
         trained = fed.call("train", fed.sample(), to_sources)
         metrics = {"train_loss": weighted_metric(trained, "loss")}
         if not trained:
             return state, metrics
+        # 3. dynamic attention and aggregation
         order = list(trained)
         to_target = Record().with_arrays("model", state.model)
         for i, cid in enumerate(order):
@@ -225,6 +244,7 @@ class FADA(Algorithm):
         else:
             alpha = [1.0 / len(order)] * len(order)
         state.model = weighted_mean([trained[c].subset("model") for c in order], alpha)
+        # 4. target alignment
         to_align = Record().with_arrays("model", state.model)
         to_align.arrays["attention"] = torch.tensor(alpha, dtype=torch.float32)
         for i, cid in enumerate(order):
@@ -280,7 +300,6 @@ class FADA(Algorithm):
         opt_c = make_optimizer([*net.head.parameters(), *class_id.parameters()], cfg)
         opt_di = make_optimizer(identifier.parameters(), cfg)
         opt_t = make_optimizer(mine.parameters(), cfg)
-        optimizers = (opt_gd, opt_c, opt_di, opt_t)
         total, seen = 0.0, 0
         for _ in range(cfg.local_epochs):
             for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
@@ -292,9 +311,7 @@ class FADA(Algorithm):
                 scores = identifier(torch.cat([features.detach(), target_features[pick]]))
                 labels = torch.cat([torch.ones(len(x)), torch.zeros(len(x))]).to(ctx.device)
                 di_loss = F.binary_cross_entropy_with_logits(scores.squeeze(1), labels)
-                _zero(optimizers)
-                di_loss.backward()
-                opt_di.step()
+                optimizer_step(opt_di, di_loss)
                 # (a) CE on both branches and (c) G_k against the updated DI_k
                 f_di, f_ds = net.disentangle(features)
                 ce = F.cross_entropy(net.head(f_di), y) + F.cross_entropy(class_id(f_ds), y)
@@ -312,15 +329,10 @@ class FADA(Algorithm):
                     + hp.entropy_weight * negative_entropy(frozen_ci)
                     + hp.mi_weight * mi
                 )
-                _zero(optimizers)
-                loss.backward()
-                opt_gd.step()
-                opt_c.step()
+                optimizer_step((opt_gd, opt_c), loss)
                 # (d) the MINE statistics network maximizes the bound
                 mi_t = mine_lower_bound(mine, d_di.detach(), d_ds.detach(), shuffled)
-                _zero(optimizers)
-                (-mi_t).backward()
-                opt_t.step()
+                optimizer_step(opt_t, -mi_t)
                 total += float(ce.detach()) * len(x)
                 seen += len(x)
         ctx.state["class_identifier"] = state_dict_cpu(class_id)
@@ -369,29 +381,23 @@ class FADA(Algorithm):
             module = mlp(dim, hidden, 1)
             module.load_state_dict(weights)
             identifiers.append(module.to(ctx.device).eval().requires_grad_(False))
-        optimizer = make_optimizer(net.backbone.parameters(), cfg)
-        total, seen = 0.0, 0
-        for _ in range(cfg.local_epochs):
-            for x, _ in ctx.train.batches(cfg.batch_size, ctx.rng, labels=False):
-                if len(x) < 2:
-                    continue
-                features = net.backbone(x)
-                ones = torch.ones(len(x), device=ctx.device)
-                loss = sum(
-                    a * F.binary_cross_entropy_with_logits(di(features).squeeze(1), ones)
-                    for a, di in zip(alpha, identifiers, strict=True)
-                )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(x)
-                seen += len(x)
+
+        def fooling_loss(x: torch.Tensor, _) -> torch.Tensor:
+            """Σ_k α_k·(−log DI_k(G_t(x_t))): target features labelled as source ones."""
+            features = net.backbone(x)
+            ones = torch.ones(len(x), device=ctx.device)
+            return sum(
+                a * F.binary_cross_entropy_with_logits(di(features).squeeze(1), ones)
+                for a, di in zip(alpha, identifiers, strict=True)
+            )
+
+        sums, seen = fit(
+            make_optimizer(net.backbone.parameters(), cfg),
+            cfg.local_epochs,
+            lambda: ctx.train.batches(cfg.batch_size, ctx.rng, labels=False),
+            fooling_loss,
+        )
         generator = {k: v for k, v in state_dict_cpu(net).items() if k.startswith("backbone.")}
         reply = Record().with_arrays("model", generator)
-        reply.metrics.update(local_metrics(ctx, seen, loss=total))
+        reply.metrics.update(local_metrics(ctx, seen, loss=sums.get("loss", 0.0)))
         return reply
-
-
-def _zero(optimizers: Sequence[torch.optim.Optimizer]) -> None:
-    for optimizer in optimizers:
-        optimizer.zero_grad(set_to_none=True)

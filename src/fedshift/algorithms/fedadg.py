@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +15,7 @@ from fedshift.algorithms._common import (
     make_optimizer,
     model_from_record,
     model_record,
+    optimizer_step,
     state_dict_cpu,
     weighted_metric,
 )
@@ -27,7 +29,7 @@ from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.state import ServerState
 
-VARIANTS = ("paper", "official")
+Variant = Literal["paper", "official"]
 
 
 @dataclass(frozen=True)
@@ -38,13 +40,20 @@ class FedADGHparams(BaseHparams):
     generator_hidden: int = 4096  # G's hidden layer width (official 4096)
     discriminator_hidden: int = 1024  # D's hidden layer width (official 1024)
     label_value: float = 1.0  # value of the true class in D's and G's condition y (official 0.7)
-    variant: str = "paper"  # adversarial losses: "paper" (seed's equations) or "official" code
+    variant: Variant = "paper"  # adversarial losses: "paper" (seed's equations) or "official" code
     share_discriminator: bool = True  # average D on the server (the method description);
     # False keeps one D per client in its state, never sent (the official code)
 
+    def check(self) -> None:
+        if not 0.0 <= self.ce_weight <= 1.0:
+            raise ConfigError(f"algo.ce_weight must be in [0, 1], got {self.ce_weight}")
+        for key in ("noise_dim", "rp_dim", "generator_hidden", "discriminator_hidden"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"algo.{key} must be >= 1, got {getattr(self, key)}")
+
 
 def discriminator_loss(
-    d_generated: torch.Tensor, d_extracted: torch.Tensor, variant: str = "paper"
+    d_generated: torch.Tensor, d_extracted: torch.Tensor, variant: Variant = "paper"
 ) -> torch.Tensor:
     """L_adv_d: D labels generated features h' = G(z) 1 and extracted features h = F(x) 0.
 
@@ -56,7 +65,7 @@ def discriminator_loss(
     return (1 - d_generated).pow(2).mean() + d_extracted.pow(2).mean()
 
 
-def generator_loss(d_generated: torch.Tensor, variant: str = "paper") -> torch.Tensor:
+def generator_loss(d_generated: torch.Tensor, variant: Variant = "paper") -> torch.Tensor:
     """L_adv_g. paper: E[(1 − D(h'|y))²]; official: E[D(h'|y)²] (moves G towards the data)."""
     if variant == "paper":
         return (1 - d_generated).pow(2).mean()
@@ -154,15 +163,6 @@ class FedADG(Algorithm):
 
     def __init__(self, hp: FedADGHparams, run: RunInfo):
         super().__init__(hp, run)
-        if hp.variant not in VARIANTS:
-            raise ConfigError(
-                f"algo.variant must be one of: {', '.join(VARIANTS)}; got {hp.variant!r}"
-            )
-        if not 0.0 <= hp.ce_weight <= 1.0:
-            raise ConfigError(f"algo.ce_weight must be in [0, 1], got {hp.ce_weight}")
-        for key in ("noise_dim", "rp_dim", "generator_hidden", "discriminator_hidden"):
-            if getattr(hp, key) < 1:
-                raise ConfigError(f"algo.{key} must be >= 1, got {getattr(hp, key)}")
         self.feature_dim = int(run.build_model().embed_dim)
         self.projection = torch.randn(
             self.feature_dim, hp.rp_dim, generator=torch_generator(run.seed, "fedadg-projection")
@@ -198,10 +198,18 @@ class FedADG(Algorithm):
         return state
 
     def round(self, state: ServerState, fed: Federation):
+        """One round:
+
+        1. the sampled clients receive F and the classifier, G and (shared) D, and train all
+           of them adversarially;
+        2. the server keeps the sample-size-weighted mean of each network.
+        """
+        # 1. adversarial local training
         sent = Record().with_arrays("model", state.model)
         for part in self.shared_parts():
             sent.with_arrays(part, state.extra[part])
         replies = fed.call("train", fed.sample(), sent)
+        # 2. weighted means
         if replies:
             sizes = [r.metrics["num-examples"] for r in replies.values()]
             state.model = weighted_mean([r.subset("model") for r in replies.values()], sizes)
@@ -250,25 +258,19 @@ class FedADG(Algorithm):
                     discriminator(h @ projection, cond),
                     hp.variant,
                 )
-                opt_d.zero_grad(set_to_none=True)
-                loss_d.backward()
-                opt_d.step()
+                optimizer_step(opt_d, loss_d)
                 # (2) feature extractor and classifier
                 model.train()
                 h = model.features(x)
                 loss, ce, align = extractor_objective(
                     model.classifier(h), y, discriminator(h @ projection, cond), hp.ce_weight
                 )
-                opt_task.zero_grad(set_to_none=True)
-                loss.backward()
-                opt_task.step()
+                optimizer_step(opt_task, loss)
                 # (3) distribution generator
                 loss_g = generator_loss(
                     discriminator(generator(z, cond) @ projection, cond), hp.variant
                 )
-                opt_g.zero_grad(set_to_none=True)
-                loss_g.backward()
-                opt_g.step()
+                optimizer_step(opt_g, loss_g)
                 n = len(x)
                 seen += n
                 for key, value in (

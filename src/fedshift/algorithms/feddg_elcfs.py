@@ -9,12 +9,12 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedshift.algorithms._common import (
-    average_replies,
+    averaging_round,
+    fit,
     local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
-    weighted_metric,
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
@@ -27,7 +27,7 @@ from fedshift.eval.segmentation import boundary_regions, mask_batches, soft_dice
 
 
 @dataclass(frozen=True)
-class ELCFSHparams(BaseHparams):
+class FedDGELCFSHparams(BaseHparams):
     # b, half width of the low-frequency window in frequency bins (window (2b+1)^2). The
     # official code sets it as ⌊L·min(H, W)⌋: its demo uses L = 0.003 on 384 px (b = 1),
     # its training script L = 0 (b = 0, only the DC term: the "zero-width window" quirk)
@@ -162,16 +162,23 @@ class FedDGELCFS(Algorithm):
         "Liu et al., FedDG: Federated Domain Generalization on Medical Image Segmentation "
         "via Episodic Learning in Continuous Frequency Space, CVPR 2021"
     )
-    Hparams = ELCFSHparams
+    Hparams = FedDGELCFSHparams
     shares = {"amplitude": Kind.AMPLITUDE, "model": Kind.MODEL}
     problems = ("classification", "segmentation")
 
     # -- server ------------------------------------------------------------------------
     def setup(self, state: ServerState, fed: Federation) -> ServerState:
+        """Share the amplitude spectra once, before round 1:
+
+        1. every source client sends the low-frequency amplitude window of each image;
+        2. the server sends each client the other clients' windows (its distribution bank).
+        """
         ids = fed.clients()
         if len(ids) < 2:
             raise ConfigError("feddg-elcfs needs at least two source clients to share spectra")
+        # 1. amplitude windows
         windows = fed.call("amplitude", ids, Record())
+        # 2. each client's bank: every other client's windows
         banks = {
             cid: Record(
                 arrays={
@@ -186,14 +193,7 @@ class FedDGELCFS(Algorithm):
         return state
 
     def round(self, state: ServerState, fed: Federation):
-        ids = fed.sample()
-        replies = fed.call("train", ids, Record().with_arrays("model", state.model))
-        if replies:
-            state.model = average_replies(replies)
-        return state, {
-            "train_loss": weighted_metric(replies, "loss"),
-            "meta_loss": weighted_metric(replies, "meta_loss"),
-        }
+        return averaging_round(state, fed, {"train_loss": "loss", "meta_loss": "meta_loss"})
 
     # -- client ------------------------------------------------------------------------
     @client_task("amplitude")
@@ -270,43 +270,41 @@ class FedDGELCFS(Algorithm):
     def train(self, ctx: ClientContext, record: Record) -> Record:
         model = model_from_record(ctx, record)
         model.train()
-        cfg = ctx.train_cfg
-        optimizer = make_optimizer(model.parameters(), cfg)
         names = [n for n, p in model.named_parameters() if p.requires_grad]
-        total = meta_total = 0.0
-        seen = 0
-        for _ in range(cfg.local_epochs):
-            for x, target in self._batches(ctx):
-                if len(x) < 2:
-                    continue
-                params = dict(model.named_parameters())
-                feats = model.features(x)
-                loss_inner = self.task_loss(model.classifier(feats), target)
-                grads = torch.autograd.grad(
-                    loss_inner,
-                    [params[n] for n in names],
-                    create_graph=self.hp.second_order,
-                    retain_graph=True,
-                )
-                clip = self.hp.inner_grad_clip
-                fast = {
-                    n: params[n] - self.hp.meta_step * g.clamp(-clip, clip)
-                    for n, g in zip(names, grads, strict=True)
-                }
-                x_t = self.transform(ctx, x)
-                copies = len(x_t) // len(x)
-                feats_t, outputs_t = split_forward(model, fast, x_t)
-                target_t = target.repeat(copies, *([1] * (target.dim() - 1)))
-                loss_meta = self.task_loss(outputs_t, target_t) + self.hp.boundary_weight * (
-                    self.contrastive(feats, feats_t, target, copies)
-                )
-                loss = loss_inner + loss_meta
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(x)
-                meta_total += float(loss_meta.detach()) * len(x)
-                seen += len(x)
+
+        def episode_loss(x: torch.Tensor, target: torch.Tensor):
+            """L(x; θ) + L(x'; θ') + γ·L_con, with θ' = θ − β·clip(∇L(x; θ))."""
+            params = dict(model.named_parameters())
+            feats = model.features(x)
+            loss_inner = self.task_loss(model.classifier(feats), target)
+            grads = torch.autograd.grad(
+                loss_inner,
+                [params[n] for n in names],
+                create_graph=self.hp.second_order,
+                retain_graph=True,
+            )
+            clip = self.hp.inner_grad_clip
+            fast = {
+                n: params[n] - self.hp.meta_step * g.clamp(-clip, clip)
+                for n, g in zip(names, grads, strict=True)
+            }
+            x_t = self.transform(ctx, x)
+            copies = len(x_t) // len(x)
+            feats_t, outputs_t = split_forward(model, fast, x_t)
+            target_t = target.repeat(copies, *([1] * (target.dim() - 1)))
+            loss_meta = self.task_loss(outputs_t, target_t) + self.hp.boundary_weight * (
+                self.contrastive(feats, feats_t, target, copies)
+            )
+            return loss_inner + loss_meta, {"meta_loss": loss_meta}
+
+        optimizer = make_optimizer(model.parameters(), ctx.train_cfg)
+        sums, seen = fit(
+            optimizer, ctx.train_cfg.local_epochs, lambda: self._batches(ctx), episode_loss
+        )
         reply = model_record(model)
-        reply.metrics.update(local_metrics(ctx, seen, loss=total, meta_loss=meta_total))
+        reply.metrics.update(
+            local_metrics(
+                ctx, seen, loss=sums.get("loss", 0.0), meta_loss=sums.get("meta_loss", 0.0)
+            )
+        )
         return reply

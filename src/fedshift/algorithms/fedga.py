@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +16,7 @@ from fedshift.algorithms._common import (
     weighted_metric,
 )
 from fedshift.algorithms.fedavg import FedAvg
-from fedshift.core.algorithm import RunInfo, client_task
+from fedshift.core.algorithm import client_task
 from fedshift.core.context import ClientContext, SplitView
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
@@ -24,23 +25,27 @@ from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.state import ServerState
 
-BASES = ("fedavg", "fedprox")
-VARIANTS = ("paper", "official")
-GAP_METRICS = ("loss", "accuracy")
+Base = Literal["fedavg", "fedprox"]
+Variant = Literal["paper", "official"]
+GapMetric = Literal["loss", "accuracy"]
 
 
 @dataclass(frozen=True)
 class FedGAHparams(BaseHparams):
     step: float = 0.2  # d, the initial step of the weight update, d_t = (1 - t/T)·d
-    variant: str = "paper"  # "paper": centred gaps, step d_t; "official": uncentred, d_t/3
-    base: str = "fedavg"  # local training of the wrapped method: fedavg or fedprox
+    variant: Variant = "paper"  # "paper": centred gaps, step d_t; "official": uncentred, d_t/3
+    base: Base = "fedavg"  # local training of the wrapped method: fedavg or fedprox
     mu: float = 0.01  # μ, FedProx proximal weight (only with base=fedprox)
-    gap_metric: str = "loss"  # "loss": G_k = L(θ) − L(θ_k) (paper); "accuracy":
+    gap_metric: GapMetric = "loss"  # "loss": G_k = L(θ) − L(θ_k) (paper); "accuracy":
     # G_k = acc(θ_k) − acc(θ) on the validation split (the official scripts' default)
+
+    def check(self) -> None:
+        if not 0.0 < self.step < 1.0:
+            raise ConfigError(f"algo.step (d) must be in (0, 1), got {self.step}")
 
 
 def ga_update(
-    weights: torch.Tensor, gaps: torch.Tensor, step: float, *, variant: str = "paper"
+    weights: torch.Tensor, gaps: torch.Tensor, step: float, *, variant: Variant = "paper"
 ) -> torch.Tensor:
     """One generalization-adjustment step on aggregation weights ``a`` from gaps ``G``.
 
@@ -66,7 +71,7 @@ def ga_update(
 
 @torch.no_grad()
 def validation_error(
-    model: torch.nn.Module, data: SplitView, batch_size: int, metric: str = "loss"
+    model: torch.nn.Module, data: SplitView, batch_size: int, metric: GapMetric = "loss"
 ) -> float:
     """What a generalization gap compares, lower is better: the mean cross-entropy of
     ``model`` (eval mode) over a labeled split, or its error rate 1 − accuracy."""
@@ -110,30 +115,23 @@ class FedGA(FedAvg):
     Hparams = FedGAHparams
     shares = {"model": Kind.MODEL, "gap": Kind.SCALAR}
 
-    def __init__(self, hp: FedGAHparams, run: RunInfo):
-        super().__init__(hp, run)
-        if hp.base not in BASES:
-            raise ConfigError(f"algo.base must be one of: {', '.join(BASES)}; got {hp.base!r}")
-        if hp.variant not in VARIANTS:
-            raise ConfigError(
-                f"algo.variant must be one of: {', '.join(VARIANTS)}; got {hp.variant!r}"
-            )
-        if hp.gap_metric not in GAP_METRICS:
-            raise ConfigError(
-                f"algo.gap_metric must be one of: {', '.join(GAP_METRICS)}; got {hp.gap_metric!r}"
-            )
-        if not 0.0 < hp.step < 1.0:
-            raise ConfigError(f"algo.step (d) must be in (0, 1), got {hp.step}")
-
     def round(self, state: ServerState, fed: Federation):
+        """One round:
+
+        1. the sampled clients report their gaps G_k on θ^t and train from it;
+        2. the weights of the reporting clients move by GA(a^t, G, d_t);
+        3. θ^{t+1} is the weighted mean of the replies (weights renormalized over them).
+        """
         everyone = fed.clients()
         weights = state.extra.get("ga_weights")
         if weights is None:
             weights = torch.full((len(everyone),), 1.0 / len(everyone), dtype=torch.float64)
         position = {cid: i for i, cid in enumerate(everyone)}
+        # 1. gaps and local training
         replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
         reported = [cid for cid, r in replies.items() if "gap" in r.arrays]
         metrics = {"train_loss": weighted_metric(replies, "loss")}
+        # 2. generalization adjustment of the weights
         if reported:
             idx = torch.tensor([position[c] for c in reported])
             gaps = torch.stack([replies[c].arrays["gap"].reshape(()) for c in reported])
@@ -146,6 +144,7 @@ class FedGA(FedAvg):
             weights = updated / updated.sum()
             metrics["mean_gap"] = float(gaps.mean())
         state.extra["ga_weights"] = weights
+        # 3. aggregation with the adjusted weights
         if replies:
             mine = torch.stack([weights[position[c]] for c in replies])
             if float(mine.sum()) <= 0:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import make_optimizer, state_dict_cpu, weighted_metric
+from fedshift.algorithms._common import (
+    fit,
+    local_metrics,
+    make_optimizer,
+    state_dict_cpu,
+    weighted_metric,
+)
 from fedshift.algorithms._prototypes import (
     PrototypeModel,
     aggregate_prototypes,
@@ -28,7 +34,13 @@ from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 from fedshift.eval.metrics import accuracy
 
-INFERENCES = ("prototype", "head")
+
+@dataclass(frozen=True)
+class FedProtoHparams(BaseHparams):
+    proto_weight: float = 1.0  # λ, weight of the prototype distance (ld; 0.1 on CIFAR-10)
+    weighted: bool = True  # eq. 1 weights C_k(c) by |D_{k,c}|; False: official plain mean
+    # "prototype": nearest C̄(c) (eq. 5); "head": the classifier
+    inference: Literal["prototype", "head"] = "prototype"
 
 
 class FedProto(Algorithm):
@@ -63,27 +75,22 @@ class FedProto(Algorithm):
     paper = (
         "Tan et al., FedProto: Federated Prototype Learning across Heterogeneous Clients, AAAI 2022"
     )
+    Hparams = FedProtoHparams
     shares = {"prototype": Kind.PROTOTYPE, "count": Kind.COUNT}
     personal = True
-
-    @dataclass(frozen=True)
-    class Hparams(BaseHparams):
-        proto_weight: float = 1.0  # λ, weight of the prototype distance (ld; 0.1 on CIFAR-10)
-        weighted: bool = True  # eq. 1 weights C_k(c) by |D_{k,c}|; False: official plain mean
-        inference: str = "prototype"  # "prototype": nearest C̄(c) (eq. 5); "head": classifier
-
-        def __post_init__(self) -> None:
-            if self.inference not in INFERENCES:
-                raise ValueError(
-                    f"inference must be one of {', '.join(INFERENCES)}, got {self.inference!r}"
-                )
 
     # -- server ----------------------------------------------------------------------------
     def init_state(self) -> ServerState:
         return ServerState(extra={"prototypes": {}})
 
     def round(self, state: ServerState, fed: Federation):
+        """1. The sampled clients train their own models and reply with their prototypes and
+        class counts; 2. the server averages them per class into the global table (classes
+        nobody sent keep their prototype) and notes which classes each client holds; 3. every
+        client receives its downlink and scores its model on its own test share."""
+        # 1. local training
         replies = fed.call("train", fed.sample(), Record())
+        # 2. global prototypes (eq. 1)
         tables = [prototypes_from_arrays(r.arrays) for r in replies.values()]
         fresh = aggregate_prototypes(
             [t[0] for t in tables], [t[1] for t in tables], self.hp.weighted
@@ -95,6 +102,7 @@ class FedProto(Algorithm):
             **state.extra.get("client_classes", {}),
             **{str(cid): sorted(t[1]) for cid, t in zip(replies, tables, strict=True)},
         }
+        # 3. downlink to every client, evaluated there
         received = fed.call("receive", fed.clients(), self.downlink(state, fed))
         return state, self.round_metrics(replies, received)
 
@@ -144,8 +152,9 @@ class FedProto(Algorithm):
         distance = prototype_loss(features, labels, table)
         return self.hp.proto_weight * distance, {"proto-loss": distance}
 
-    def after_training(self, ctx: ClientContext, parts: dict[str, float]) -> dict[str, float]:
-        """Hook after local training (BD-FedProto's dynamic adjustment); returns metrics."""
+    def after_training(self, ctx: ClientContext, metrics: dict[str, float]) -> dict[str, float]:
+        """Hook after local training (BD-FedProto's dynamic adjustment): ``metrics`` holds the
+        mean losses by name; returns metrics to add to the reply."""
         return {}
 
     @client_task("train")
@@ -155,30 +164,26 @@ class FedProto(Algorithm):
             model.load_state_dict(ctx.state["model"])
         model.to(ctx.device).train()
         cfg = ctx.train_cfg
-        optimizer = make_optimizer(model.parameters(), cfg)
-        sums: dict[str, float] = {}
-        seen = 0
-        for _ in range(cfg.local_epochs):
-            for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
-                if len(x) < 2:
-                    continue
-                features = model.features(x)
-                ce = F.cross_entropy(model.classifier(features), y)
-                extra, parts = self.regularizer(ctx, features, y)
-                loss = ce + extra
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                for key, value in {"loss": loss, "ce-loss": ce, **parts}.items():
-                    sums[key] = sums.get(key, 0.0) + float(value.detach()) * len(x)
-                seen += len(x)
-        means = {k: v / max(seen, 1) for k, v in sums.items()}
+
+        def step_loss(x: torch.Tensor, y: torch.Tensor):
+            features = model.features(x)
+            ce = F.cross_entropy(model.classifier(features), y)
+            extra, parts = self.regularizer(ctx, features, y)
+            return ce + extra, {"ce-loss": ce, **parts}
+
+        sums, seen = fit(
+            make_optimizer(model.parameters(), cfg),
+            cfg.local_epochs,
+            lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
+            step_loss,
+        )
+        metrics = local_metrics(ctx, seen, **sums)
         ctx.state["model"] = state_dict_cpu(model)
         protos, counts, mi = local_statistics(model, ctx.train, ctx.device, with_mi=True)
         reply = Record(arrays=prototype_arrays(protos, counts))
-        reply.metrics.update(means)
-        reply.metrics.update(self.after_training(ctx, means))
-        reply.metrics.update({"mi": mi, "num-examples": len(ctx.train), "samples": seen})
+        reply.metrics.update(metrics)
+        reply.metrics.update(self.after_training(ctx, metrics))
+        reply.metrics["mi"] = mi
         return reply
 
     def store_downlink(self, ctx: ClientContext, record: Record) -> None:

@@ -13,9 +13,8 @@ from fedshift.core.record import Record
 
 @dataclass(frozen=True)
 class FedProxHparams(BaseHparams):
-    mu: float = (
-        0.01  # μ, proximal weight; paper tunes in {0.001, 0.01, 0.1, 0.5, 1}; FPL/CCST use 0.01
-    )
+    # μ, proximal weight; the paper tunes it in {0.001, 0.01, 0.1, 0.5, 1}; FPL/CCST use 0.01
+    mu: float = 0.01
 
 
 class FedProx(FedAvg):

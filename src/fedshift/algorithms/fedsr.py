@@ -4,13 +4,15 @@ NeurIPS 2022)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fedshift.algorithms._common import (
+    average_replies,
+    fit,
     local_metrics,
     make_optimizer,
     state_dict_cpu,
@@ -22,12 +24,12 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.state import ServerState
 from fedshift.models.base import FedModel
 
-L2R_FORMS = ("squared", "norm")
+L2RForm = Literal["squared", "norm"]
+L2R_FORMS = get_args(L2RForm)
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,19 @@ class FedSRHparams(BaseHparams):
     alpha_l2r: float = 0.01  # α^{L2R}
     alpha_cmi: float = 5e-4  # α^{CMI} (official README: 1e-3 on PACS)
     z_dim: int = 0  # size of z; 0: the backbone's embed_dim (official: 512 with ResNet-18)
-    l2r: str = "squared"  # "squared": E‖z‖² (paper); "norm": E‖z‖ (official code)
+    l2r: L2RForm = "squared"  # "squared": E‖z‖² (paper); "norm": E‖z‖ (official code)
     cmi_scale: bool = False  # learnable scale C on (μ, σ) inside the CMI term (official code)
     predict_samples: int = 20  # S, z samples averaged at test time (official num_samples)
     predict_with_mean: bool = False  # classify μ instead of averaging S sampled predictions
     share_reference: bool = False  # also average r_μ, r_σ on the server (sent as prototypes)
+
+    def check(self) -> None:
+        if self.z_dim < 0:
+            raise ConfigError(
+                f"algo.z_dim must be >= 0 (0: the backbone's embed_dim); got {self.z_dim}"
+            )
+        if self.predict_samples < 1:
+            raise ConfigError(f"algo.predict_samples must be >= 1; got {self.predict_samples}")
 
 
 class FedSRNet(FedModel):
@@ -147,12 +157,6 @@ class FedSR(Algorithm):
 
     def __init__(self, hp: FedSRHparams, run):
         super().__init__(hp, run)
-        if hp.l2r not in L2R_FORMS:
-            raise ConfigError(
-                f"unknown algo.l2r {hp.l2r!r} for fedsr; choose one of: {', '.join(L2R_FORMS)}"
-            )
-        if hp.z_dim < 0 or hp.predict_samples < 1:
-            raise ConfigError(f"fedsr needs z_dim >= 0 and predict_samples >= 1; got {hp}")
         if hp.share_reference:
             self.shares = {**type(self).shares, "reference": Kind.PROTOTYPE}
 
@@ -184,17 +188,21 @@ class FedSR(Algorithm):
         return torch.log(probs)
 
     def round(self, state: ServerState, fed: Federation):
+        """1. The sampled clients train from the global model (and, with
+        ``share_reference``, the averaged reference r_μ, r_σ); 2. the server keeps the
+        sample-weighted mean of their models; 3. with ``share_reference``, that of their
+        references too."""
+        # 1. local training
         sent = Record().with_arrays("model", state.model)
         if self.hp.share_reference and "reference" in state.extra:
             sent.with_arrays("reference", state.extra["reference"])
         replies = fed.call("train", fed.sample(), sent)
         if replies:
-            weights = [r.metrics["num-examples"] for r in replies.values()]
-            state.model = weighted_mean([r.subset("model") for r in replies.values()], weights)
+            # 2. FedAvg of the models
+            state.model = average_replies(replies)
+            # 3. FedAvg of the references
             if self.hp.share_reference:
-                state.extra["reference"] = weighted_mean(
-                    [r.subset("reference") for r in replies.values()], weights
-                )
+                state.extra["reference"] = average_replies(replies, "reference")
         return state, {
             "train_loss": weighted_metric(replies, "loss"),
             "l2r": weighted_metric(replies, "l2r"),
@@ -220,26 +228,23 @@ class FedSR(Algorithm):
         model.load_state_dict(record.subset("model"))
         model.to(ctx.device).train()
         ref = self._reference(ctx, record, model.z_dim)
-        optimizer = make_optimizer([*model.parameters(), *ref.values()], cfg)
-        sums = {"loss": 0.0, "l2r": 0.0, "cmi": 0.0}
-        seen = 0
-        for _ in range(cfg.local_epochs):
-            for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
-                if len(x) < 2:
-                    continue
-                mu, sigma = model.distribution(x)
-                noise = torch.randn(mu.shape, generator=ctx.rng).to(ctx.device)
-                z = mu + sigma * noise
-                l2r = l2r_penalty(z, hp.l2r)
-                cmi = cmi_penalty(mu, sigma, y, ref["mu"], ref["sigma"], ref.get("scale"))
-                loss = F.cross_entropy(model.classifier(z), y) + hp.alpha_l2r * l2r
-                loss = loss + hp.alpha_cmi * cmi
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                for key, value in (("loss", loss), ("l2r", l2r), ("cmi", cmi)):
-                    sums[key] += float(value.detach()) * len(x)
-                seen += len(x)
+
+        def step_loss(x: torch.Tensor, y: torch.Tensor):
+            mu, sigma = model.distribution(x)
+            noise = torch.randn(mu.shape, generator=ctx.rng).to(ctx.device)
+            z = mu + sigma * noise
+            l2r = l2r_penalty(z, hp.l2r)
+            cmi = cmi_penalty(mu, sigma, y, ref["mu"], ref["sigma"], ref.get("scale"))
+            loss = F.cross_entropy(model.classifier(z), y) + hp.alpha_l2r * l2r
+            loss = loss + hp.alpha_cmi * cmi
+            return loss, {"l2r": l2r, "cmi": cmi}
+
+        sums, seen = fit(
+            make_optimizer([*model.parameters(), *ref.values()], cfg),
+            cfg.local_epochs,
+            lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
+            step_loss,
+        )
         ctx.state["r_mu"] = ref["mu"].detach().cpu().clone()
         ctx.state["r_sigma"] = ref["sigma"].detach().cpu().clone()
         if hp.cmi_scale:
@@ -247,5 +252,7 @@ class FedSR(Algorithm):
         reply = Record().with_arrays("model", state_dict_cpu(model))
         if hp.share_reference:
             reply.with_arrays("reference", {"mu": ctx.state["r_mu"], "sigma": ctx.state["r_sigma"]})
+        # a client without a batch to train on still reports zero losses
+        sums = {"loss": 0.0, "l2r": 0.0, "cmi": 0.0, **sums}
         reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
     average_replies,
+    fit,
     local_metrics,
     make_optimizer,
     model_from_record,
@@ -19,6 +21,8 @@ from fedshift.algorithms._common import (
     weighted_metric,
 )
 from fedshift.algorithms._prototypes import (
+    accumulate_class_sums,
+    class_means,
     class_prototypes,
     prototype_arrays,
     prototypes_from_arrays,
@@ -32,16 +36,19 @@ from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 
-UPCR_REDUCTIONS = ("sum", "mean")
-PROTOTYPE_PASSES = ("train", "eval")
-
 
 @dataclass(frozen=True)
 class FPLHparams(BaseHparams):
     temperature: float = 0.02  # τ of the CPCL cosine similarities (official main.py: 0.1)
-    upcr_reduction: str = "mean"  # "mean": MSELoss (official code); "sum": ‖z − U^c‖² (paper)
+    # "mean": MSELoss (official code); "sum": ‖z − U^c‖² (paper)
+    upcr_reduction: Literal["sum", "mean"] = "mean"
     finch_level: int = -1  # FINCH partition kept: -1 the coarsest (official code), 0 the finest
-    prototype_pass: str = "train"  # p_k^c from the last local epoch's f(x) (official), or "eval"
+    # p_k^c from the last local epoch's f(x) (official), or "eval"
+    prototype_pass: Literal["train", "eval"] = "train"
+
+    def check(self) -> None:
+        if self.temperature <= 0:
+            raise ConfigError(f"algo.temperature must be > 0; got {self.temperature}")
 
 
 def finch_labels(points: np.ndarray, level: int = -1) -> np.ndarray:
@@ -133,20 +140,6 @@ def upcr_loss(
     return torch.where(known, loss, torch.zeros_like(loss))
 
 
-def accumulate_class_sums(
-    sums: dict[int, torch.Tensor],
-    counts: dict[int, int],
-    features: torch.Tensor,
-    labels: torch.Tensor,
-) -> None:
-    """Add a batch's per-class feature sums (float64, CPU) and counts to running totals."""
-    features, labels = features.to("cpu", torch.float64), labels.to("cpu")
-    for label in labels.unique().tolist():
-        rows = features[labels == label]
-        sums[label] = sums.get(label, 0) + rows.sum(0)
-        counts[label] = counts.get(label, 0) + len(rows)
-
-
 class FPL(Algorithm):
     """FPL: clients send their model and per-class prototypes p_k^c (mean feature f(x) of class
     c). For every class the server clusters the clients' prototypes with FINCH (cosine) into
@@ -185,22 +178,12 @@ class FPL(Algorithm):
     Hparams = FPLHparams
     shares = {"model": Kind.MODEL, "prototype": Kind.PROTOTYPE}
 
-    def __init__(self, hp: FPLHparams, run):
-        super().__init__(hp, run)
-        if hp.prototype_pass not in PROTOTYPE_PASSES:
-            raise ConfigError(
-                f"unknown algo.prototype_pass {hp.prototype_pass!r} for fpl; "
-                f"choose one of: {', '.join(PROTOTYPE_PASSES)}"
-            )
-        if hp.upcr_reduction not in UPCR_REDUCTIONS:
-            raise ConfigError(
-                f"unknown algo.upcr_reduction {hp.upcr_reduction!r} for fpl; "
-                f"choose one of: {', '.join(UPCR_REDUCTIONS)}"
-            )
-        if hp.temperature <= 0:
-            raise ConfigError(f"fpl needs temperature > 0, got {hp.temperature}")
-
     def round(self, state: ServerState, fed: Federation):
+        """1. The sampled clients train from the global model and the last round's cluster
+        and unbiased prototypes, and reply with their model and class prototypes; 2. the
+        server keeps the sample-weighted mean of the models; 3. it clusters each class's
+        prototypes with FINCH into P^c and averages those into U^c."""
+        # 1. local training
         sent = Record().with_arrays("model", state.model)
         if "clusters" in state.extra:
             sent.with_arrays(
@@ -214,7 +197,9 @@ class FPL(Algorithm):
         }
         if not replies:
             return state, metrics
+        # 2. FedAvg of the models
         state.model = average_replies(replies)
+        # 3. cluster prototypes P^c and unbiased prototypes U^c
         tables = [prototypes_from_arrays(r.arrays)[0] for r in replies.values()]
         if any(tables):
             clusters, labels, unbiased = aggregate_fpl(
@@ -234,36 +219,37 @@ class FPL(Algorithm):
             clusters = received["clusters"].to(device)
             cluster_labels = received["cluster_labels"].to(device)
             unbiased = received["unbiased"].to(device)
-        optimizer = make_optimizer(model.parameters(), cfg)
-        total = proto_total = 0.0
-        seen = 0
-        sums: dict[int, torch.Tensor] = {}
-        counts: dict[int, int] = {}
-        for epoch in range(cfg.local_epochs):
-            in_last_epoch = epoch == cfg.local_epochs - 1 and self.hp.prototype_pass == "train"
-            for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
-                if len(x) < 2:
-                    continue
-                f = model.features(x)
-                loss = F.cross_entropy(model.classifier(f), y)
-                if in_last_epoch:
-                    accumulate_class_sums(sums, counts, f.detach(), y)
-                if received:
-                    cpcl = cpcl_loss(f, y, clusters, cluster_labels, self.hp.temperature)
-                    upcr = upcr_loss(f, y, unbiased, self.hp.upcr_reduction)
-                    proto_loss = (cpcl + upcr).sum() / len(x)
-                    loss = loss + proto_loss
-                    proto_total += float(proto_loss.detach()) * len(x)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(x)
-                seen += len(x)
-        if self.hp.prototype_pass == "eval" or not counts:
+        feature_sums: dict[int, torch.Tensor] = {}
+        class_counts: dict[int, int] = {}
+        epoch = -1  # fit calls epoch_batches() once per epoch
+
+        def epoch_batches():
+            nonlocal epoch
+            epoch += 1
+            return ctx.train.batches(cfg.batch_size, ctx.rng)
+
+        def step_loss(x: torch.Tensor, y: torch.Tensor):
+            features = model.features(x)
+            loss = F.cross_entropy(model.classifier(features), y)
+            if self.hp.prototype_pass == "train" and epoch == cfg.local_epochs - 1:
+                accumulate_class_sums(feature_sums, class_counts, features.detach(), y)
+            if not received:  # no global prototypes yet (round 1): plain CE
+                return loss, {"prototype_loss": features.new_zeros(())}
+            cpcl = cpcl_loss(features, y, clusters, cluster_labels, self.hp.temperature)
+            upcr = upcr_loss(features, y, unbiased, self.hp.upcr_reduction)
+            proto_loss = (cpcl + upcr).sum() / len(x)
+            return loss + proto_loss, {"prototype_loss": proto_loss}
+
+        sums, seen = fit(
+            make_optimizer(model.parameters(), cfg), cfg.local_epochs, epoch_batches, step_loss
+        )
+        if self.hp.prototype_pass == "eval" or not class_counts:
             protos, _ = class_prototypes(model, ctx.train, device)
         else:
-            protos = {c: (sums[c] / counts[c]).to(torch.float32) for c in sorted(sums)}
+            protos = class_means(feature_sums, class_counts)
         reply = model_record(model)
         reply.arrays.update(prototype_arrays(protos))
-        reply.metrics.update(local_metrics(ctx, seen, loss=total, prototype_loss=proto_total))
+        # a client without a batch to train on still reports zero losses
+        sums = {"loss": 0.0, "prototype_loss": 0.0, **sums}
+        reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

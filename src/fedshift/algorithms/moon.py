@@ -10,11 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshift.algorithms._common import (
-    average_replies,
+    averaging_round,
+    fit,
     local_metrics,
     make_optimizer,
     state_dict_cpu,
-    weighted_metric,
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
@@ -33,6 +33,14 @@ class MoonHparams(BaseHparams):
     temperature: float = 0.5  # τ of the cosine similarities
     proj_dim: int = 256  # output size of the projection head h (official out_dim)
     classify_projection: bool = True  # output layer on h(f(x)) as in paper and code; False: on f(x)
+
+    def check(self) -> None:
+        if self.mu < 0:
+            raise ConfigError(f"algo.mu must be >= 0; got {self.mu}")
+        if self.temperature <= 0:
+            raise ConfigError(f"algo.temperature must be > 0; got {self.temperature}")
+        if self.proj_dim < 1:
+            raise ConfigError(f"algo.proj_dim must be >= 1; got {self.proj_dim}")
 
 
 class MoonNet(FedModel):
@@ -113,11 +121,6 @@ class Moon(Algorithm):
     Hparams = MoonHparams
     shares = {"model": Kind.MODEL}
 
-    def __init__(self, hp: MoonHparams, run):
-        super().__init__(hp, run)
-        if hp.temperature <= 0 or hp.proj_dim < 1 or hp.mu < 0:
-            raise ConfigError(f"moon needs temperature > 0, proj_dim >= 1 and mu >= 0; got {hp}")
-
     def build_net(self) -> MoonNet:
         """The backbone plus a projection head whose init depends only on the run seed."""
         base = self.run.build_model()
@@ -134,13 +137,9 @@ class Moon(Algorithm):
         return model
 
     def round(self, state: ServerState, fed: Federation):
-        replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
-        if replies:
-            state.model = average_replies(replies)
-        return state, {
-            "train_loss": weighted_metric(replies, "loss"),
-            "contrastive_loss": weighted_metric(replies, "contrastive"),
-        }
+        return averaging_round(
+            state, fed, {"train_loss": "loss", "contrastive_loss": "contrastive"}
+        )
 
     def _frozen(self, weights: dict[str, Any], device: torch.device) -> MoonNet:
         model = self.build_net()
@@ -160,26 +159,25 @@ class Moon(Algorithm):
         model = self.build_net()
         model.load_state_dict(received)
         model.to(device).train()
-        optimizer = make_optimizer(model.parameters(), cfg)
-        total = contrast = 0.0
-        seen = 0
-        for _ in range(cfg.local_epochs):
-            for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
-                if len(x) < 2:
-                    continue
-                z, logits = model.represent(x)
-                with torch.no_grad():
-                    z_glob = global_net.represent(x)[0]
-                    z_prev = previous_net.represent(x)[0] if previous_net is not None else None
-                con = model_contrastive_loss(z, z_glob, z_prev, self.hp.temperature)
-                loss = F.cross_entropy(logits, y) + self.hp.mu * con
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                total += float(loss.detach()) * len(x)
-                contrast += float(con.detach()) * len(x)
-                seen += len(x)
+
+        def step_loss(x: torch.Tensor, y: torch.Tensor):
+            z, logits = model.represent(x)
+            with torch.no_grad():
+                z_glob = global_net.represent(x)[0]
+                z_prev = previous_net.represent(x)[0] if previous_net is not None else None
+            contrastive = model_contrastive_loss(z, z_glob, z_prev, self.hp.temperature)
+            loss = F.cross_entropy(logits, y) + self.hp.mu * contrastive
+            return loss, {"contrastive": contrastive}
+
+        sums, seen = fit(
+            make_optimizer(model.parameters(), cfg),
+            cfg.local_epochs,
+            lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
+            step_loss,
+        )
         ctx.state["previous_model"] = state_dict_cpu(model)
         reply = Record().with_arrays("model", state_dict_cpu(model))
-        reply.metrics.update(local_metrics(ctx, seen, loss=total, contrastive=contrast))
+        # a client without a batch to train on still reports zero losses
+        sums = {"loss": 0.0, "contrastive": 0.0, **sums}
+        reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

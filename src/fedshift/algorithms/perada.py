@@ -4,13 +4,18 @@ server-side knowledge distillation into the global adapter."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import proximal_penalty, train_supervised, weighted_metric
+from fedshift.algorithms._common import (
+    optimizer_step,
+    proximal_penalty,
+    train_supervised,
+    weighted_metric,
+)
 from fedshift.core.algorithm import Algorithm, RunInfo, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
@@ -30,6 +35,8 @@ HOW_TO_PRETRAIN = (
     "--sources mnist,mnistm --target optdigits) and pass --set algo.backbone=backbone-syn.pt"
 )
 
+KDSelection = Literal["client-val", "last"]
+
 
 @dataclass(frozen=True)
 class PerAdaHparams(BaseHparams):
@@ -41,11 +48,12 @@ class PerAdaHparams(BaseHparams):
     kd_steps: int = 500  # server KD batches per round (official CIFAR-10; OfficeHome 100)
     kd_batch_size: int = 2048  # auxiliary samples per KD batch (official CIFAR-10)
     kd_rounds: int = 30  # KD only in rounds 1..kd_rounds (official kd_max_round)
-    kd_selection: str = "client-val"  # which KD step to keep: "client-val" or "last"
+    kd_selection: KDSelection = "client-val"  # which KD step to keep: "client-val" or "last"
     kd_eval_every: int = 50  # KD steps between candidates scored by the clients (official 1)
 
-
-KD_SELECTIONS = ("client-val", "last")
+    def check(self) -> None:
+        if self.kd_eval_every < 1:
+            raise ConfigError(f"algo.kd_eval_every must be at least 1; got {self.kd_eval_every}")
 
 
 def select_candidate(correct: torch.Tensor, counts: torch.Tensor) -> int:
@@ -171,13 +179,6 @@ class PerAda(Algorithm):
 
     def __init__(self, hp: PerAdaHparams, run: RunInfo):
         super().__init__(hp, run)
-        if hp.kd_selection not in KD_SELECTIONS:
-            raise ConfigError(
-                f"algo.kd_selection must be one of: {', '.join(KD_SELECTIONS)}; "
-                f"got {hp.kd_selection!r}"
-            )
-        if hp.kd_eval_every < 1:
-            raise ConfigError(f"algo.kd_eval_every must be at least 1; got {hp.kd_eval_every}")
         if not hp.backbone:
             raise ConfigError(
                 "perada needs a pretrained backbone and random weights are not one: "
@@ -230,6 +231,16 @@ class PerAda(Algorithm):
         return state
 
     def round(self, state: ServerState, fed: Federation):
+        """One round:
+
+        1. the sampled clients train their personalized adapters v_k and, from w, their
+           local adapters θ_k, which they send;
+        2. the server takes the uniform mean of the θ_k;
+        3. in the first ``kd_rounds`` rounds it distills the mean logits into w;
+        4. it keeps the last KD step, or the candidate the clients' validation splits
+           score best.
+        """
+        # 1. personalized and local adapters
         ids = fed.sample()
         replies = fed.call("train", ids, Record().with_arrays("adapter", state.model))
         metrics = {
@@ -238,10 +249,13 @@ class PerAda(Algorithm):
         }
         if not replies:
             return state, metrics
+        # 2. uniform mean
         local = [r.subset("adapter") for r in replies.values()]
         state.model = mean(local)
         if self.hp.distill and fed.round <= self.hp.kd_rounds:
+            # 3. server knowledge distillation
             snapshots, metrics["kd_loss"] = self.distill(state.model, local, fed)
+            # 4. the kept KD step
             if self.hp.kd_selection == "last":
                 state.model = snapshots[-1][1]
             else:
@@ -295,7 +309,7 @@ class PerAda(Algorithm):
             derive_seed(self.run.seed, "perada-kd", fed.round)
         )
         batch = min(self.hp.kd_batch_size, len(features))
-        order, position, loss = torch.randperm(len(features), generator=generator), 0, None
+        order, position, last_loss = torch.randperm(len(features), generator=generator), 0, None
         snapshots = []
         for step in range(1, self.hp.kd_steps + 1):
             if position + batch > len(order):
@@ -303,16 +317,13 @@ class PerAda(Algorithm):
             idx = order[position : position + batch].to(features.device)
             position += batch
             loss = kd_loss(student.adapted(features[idx]), teacher[idx], self.hp.temperature)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            last_loss = optimizer_step(optimizer, loss)
             schedule.step()
             if step % self.hp.kd_eval_every == 0 or step == self.hp.kd_steps:
                 snapshots.append((step, student.trainable_state()))
         if not snapshots:
             snapshots.append((0, student.trainable_state()))
-        final = float(loss.detach()) if loss is not None else float("nan")
-        return snapshots, final
+        return snapshots, float("nan") if last_loss is None else last_loss
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

@@ -13,7 +13,7 @@ from torch import nn
 
 from .base import FedModel
 
-__all__ = ["build_cnn", "build_digit5_cnn", "build_fedproto_cnn"]
+__all__ = ["build_cnn", "build_digit5_cnn", "build_fact_cnn", "build_fedproto_cnn"]
 
 
 def _check_common(num_classes: int, in_channels: int, image_size: int) -> None:
@@ -98,7 +98,12 @@ def build_digit5_cnn(
     image_size: int = 32,
     dropout: float = 0.5,
 ) -> FedModel:
-    """The Digit-Five CNN of M3SDA / KD3A / FACT (and FADA's digit experiments).
+    """The Digit-Five CNN of M3SDA / KD3A (and FADA's digit experiments).
+
+    FACT's official code splits a Digit-Five network differently (two conv blocks as the
+    generator, a three-layer MLP as each head): that model is ``fact-cnn``
+    (:func:`build_fact_cnn`); with ``digit5-cnn`` FACT's generator is this whole backbone and
+    its heads are single linear layers.
 
     Layer sizes follow the KD3A official code (``model/digit5.py``), itself taken from M3SDA:
 
@@ -148,6 +153,66 @@ def build_digit5_cnn(
     )
     head = nn.Linear(embed_dim, num_classes)
     return FedModel(backbone, head, embed_dim=embed_dim, num_classes=num_classes, arch="digit5-cnn")
+
+
+def build_fact_cnn(
+    num_classes: int,
+    *,
+    in_channels: int = 3,
+    image_size: int = 32,
+    dropout: float = 0.5,
+) -> FedModel:
+    """FACT's Digit-Five model (Schrod et al., 2023; official ``models/digit_model.py``):
+    the generator G is the backbone, each classifier head F the three-layer MLP.
+
+    * backbone (G): ``conv1`` 5x5, 64 ch, padding 2 -> BN -> ReLU -> MaxPool(3, 2, padding 1);
+      ``conv2`` 5x5, 128 ch, padding 2 -> BN -> ReLU -> MaxPool(3, 2, padding 1); flatten
+      (128 * 8 * 8 = 8192 at 32x32) => features, ``embed_dim = 128 * s * s``
+    * head (F): Dropout -> ``fc1`` 3072 -> BN1d -> ReLU -> Dropout -> ``fc2`` 100 -> BN1d ->
+      ReLU -> Dropout -> ``fc3`` ``num_classes``
+
+    Deviation note: the official head ends in a Softmax and FACT's losses take its
+    probabilities; here the head returns logits and FACT applies softmax where the official
+    code's losses see probabilities (see :mod:`fedshift.algorithms.fact`). The official head
+    also defines a ``BatchNorm1d`` after ``fc3`` that its forward never uses; it is left out.
+
+    Options:
+        dropout: probability of the three dropouts (default 0.5, as in the original).
+    """
+    _check_common(num_classes, in_channels, image_size)
+    dropout = _probability("dropout", dropout)
+    side = image_size
+    for _ in range(2):  # MaxPool2d(kernel 3, stride 2, padding 1)
+        side = (side + 2 * 1 - 3) // 2 + 1
+    embed_dim = 128 * side * side
+    backbone = nn.Sequential(
+        OrderedDict(
+            conv1=nn.Conv2d(in_channels, 64, 5, stride=1, padding=2),
+            bn1=nn.BatchNorm2d(64),
+            relu1=nn.ReLU(),
+            pool1=nn.MaxPool2d(3, stride=2, padding=1),
+            conv2=nn.Conv2d(64, 128, 5, stride=1, padding=2),
+            bn2=nn.BatchNorm2d(128),
+            relu2=nn.ReLU(),
+            pool2=nn.MaxPool2d(3, stride=2, padding=1),
+            flatten=nn.Flatten(),
+        )
+    )
+    head = nn.Sequential(
+        OrderedDict(
+            drop1=nn.Dropout(dropout),
+            fc1=nn.Linear(embed_dim, 3072),
+            bn1=nn.BatchNorm1d(3072),
+            relu1=nn.ReLU(),
+            drop2=nn.Dropout(dropout),
+            fc2=nn.Linear(3072, 100),
+            bn2=nn.BatchNorm1d(100),
+            relu2=nn.ReLU(),
+            drop3=nn.Dropout(dropout),
+            fc3=nn.Linear(100, num_classes),
+        )
+    )
+    return FedModel(backbone, head, embed_dim=embed_dim, num_classes=num_classes, arch="fact-cnn")
 
 
 def build_fedproto_cnn(

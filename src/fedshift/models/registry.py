@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import partial
 
 from .base import FedModel
-from .cnn import build_cnn, build_digit5_cnn, build_fedproto_cnn
+from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
 from .resnet import build_resnet
 from .unet import build_unet
 from .weights import load_weights
@@ -23,7 +23,11 @@ MODELS: dict[str, str] = {
     ),
     "digit5-cnn": (
         "Digit-Five CNN of M3SDA (Peng et al., ICCV 2019) as used by KD3A (Feng et al., "
-        "ICML 2021) and FACT; 32 px, embed_dim 2048"
+        "ICML 2021); 32 px, embed_dim 2048"
+    ),
+    "fact-cnn": (
+        "FACT's Digit-Five model (Schrod et al., 2023): 2 conv blocks as generator G, a "
+        "3-layer MLP head F (3072, 100); 32 px, embed_dim 8192"
     ),
     "fedproto-cnn": (
         "MNIST CNN of FedAvg (McMahan et al., AISTATS 2017) as CNNMnist in FedProto "
@@ -33,16 +37,17 @@ MODELS: dict[str, str] = {
     "resnet50": "ResNet-50 (He et al., CVPR 2016), torchvision, weights=None; embed_dim 2048",
     "unet": (
         "small 2-D U-Net (InstanceNorm, as FedDG-ELCFS's official code) for per-pixel "
-        "foreground segmentation (task=segmentation); 1 logit map, embed_dim 16"
+        "foreground segmentation (problem=segmentation); 1 logit map, embed_dim 16"
     ),
 }
 
-#: models that output per-pixel logit maps; the only ones ``task = "segmentation"`` accepts
+#: models that output per-pixel logit maps; the only ones ``problem = "segmentation"`` accepts
 SEGMENTATION_MODELS = ("unet",)
 
 _BUILDERS: dict[str, Callable[..., FedModel]] = {
     "cnn": build_cnn,
     "digit5-cnn": build_digit5_cnn,
+    "fact-cnn": build_fact_cnn,
     "fedproto-cnn": build_fedproto_cnn,
     "resnet18": partial(build_resnet, "resnet18"),
     "resnet50": partial(build_resnet, "resnet50"),
