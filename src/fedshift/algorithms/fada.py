@@ -197,11 +197,6 @@ class FADA(Algorithm):
             net = self.build_net()
         return ServerState(model=state_dict_cpu(net))
 
-    def global_model(self, state: ServerState) -> nn.Module | None:
-        net = self.build_net()
-        net.load_state_dict(state.model)
-        return net
-
     # -- server --------------------------------------------------------------------------
     def round(self, state: ServerState, fed: Federation):
         """One round (the steps of the class docstring):

@@ -167,14 +167,6 @@ class FedSR(Algorithm):
             torch.manual_seed(derive_seed(self.run.seed, "fedsr-posterior"))
             return FedSRNet(base, self.hp.z_dim or base.embed_dim)
 
-    def init_state(self) -> ServerState:
-        return ServerState(model=state_dict_cpu(self.build_net()))
-
-    def global_model(self, state: ServerState) -> torch.nn.Module | None:
-        model = self.build_net()
-        model.load_state_dict(state.model)
-        return model
-
     def predict(self, model: FedSRNet, x: torch.Tensor) -> torch.Tensor:
         """log of the softmax averaged over S samples of z (or the logits of μ)."""
         mu, sigma = model.distribution(x)

@@ -128,14 +128,6 @@ class Moon(Algorithm):
             torch.manual_seed(derive_seed(self.run.seed, "moon-projection"))
             return MoonNet(base, self.hp.proj_dim, self.hp.classify_projection)
 
-    def init_state(self) -> ServerState:
-        return ServerState(model=state_dict_cpu(self.build_net()))
-
-    def global_model(self, state: ServerState) -> torch.nn.Module | None:
-        model = self.build_net()
-        model.load_state_dict(state.model)
-        return model
-
     def round(self, state: ServerState, fed: Federation):
         return averaging_round(
             state, fed, {"train_loss": "loss", "contrastive_loss": "contrastive"}

@@ -99,9 +99,14 @@ class Algorithm:
         backbone domain held by a client). Default: any scenario."""
 
     # -- server side -------------------------------------------------------------------
+    def build_net(self) -> torch.nn.Module:
+        """The network whose weights the server state's ``model`` holds: the run's model;
+        algorithms that wrap it (MOON's projection head, FedSR's posterior) override this."""
+        return self.run.build_model()
+
     def init_state(self) -> ServerState:
         """Initial server state: by default a freshly built global model."""
-        model = self.run.build_model()
+        model = self.build_net()
         return ServerState(model={k: v.detach().clone() for k, v in model.state_dict().items()})
 
     def setup(self, state: ServerState, fed: Federation) -> ServerState:
@@ -116,7 +121,7 @@ class Algorithm:
         """The model evaluated on held-out domains (None for purely personal methods)."""
         if not state.model:
             return None
-        model = self.run.build_model()
+        model = self.build_net()
         model.load_state_dict(state.model)
         return model
 
