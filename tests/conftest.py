@@ -1,4 +1,6 @@
-"""Shared fixtures: the digits-dg dataset built once per session into a temp cache."""
+"""Shared fixtures: the digits-dg dataset built once per session into a temp cache, smaller
+cuts of it, a synthetic personalized task and a backbone pretrained on digits. Plain helper
+functions live in ``helpers.py``."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import CLASSES
 
-from fedshift.data.domains import Domain, DomainDataset
+from fedshift.data.domains import Domain, DomainDataset, Split
+from fedshift.pretrain import pretrain
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +33,14 @@ def digits(digits_cache) -> DomainDataset:
     from fedshift.data import load_dataset
 
     return load_dataset("digits-dg", cache_dir=digits_cache)
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch, digits_cache, digits):
+    """A temp working folder, with the built digits-dg cache as ``$FEDSHIFT_CACHE`` (CLI runs)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDSHIFT_CACHE", digits_cache)
+    return tmp_path
 
 
 def shrink(dataset: DomainDataset, train: int, val: int, test: int) -> DomainDataset:
@@ -56,3 +68,37 @@ def shrink(dataset: DomainDataset, train: int, val: int, test: int) -> DomainDat
 @pytest.fixture(scope="session")
 def tiny_digits(digits) -> DomainDataset:
     return shrink(digits, train=96, val=32, test=32)
+
+
+@pytest.fixture(scope="session")
+def micro_digits(digits) -> DomainDataset:
+    return shrink(digits, train=48, val=16, test=16)
+
+
+def _split(per_class: int, seed: int) -> Split:
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.arange(CLASSES).repeat_interleave(per_class)
+    base = (y.view(-1, 1, 1, 1).float() * 60).expand(-1, 3, 8, 8)
+    noise = torch.randint(0, 40, base.shape, generator=gen).float()
+    return Split(x=(base + noise).clamp(0, 255).to(torch.uint8), y=y)
+
+
+@pytest.fixture(scope="session")
+def synthetic() -> DomainDataset:
+    """One domain of 3×8×8 images in ``CLASSES`` classes easily told apart (a personalized
+    task)."""
+    return DomainDataset(
+        name="synth",
+        domains={"a": Domain("a", _split(24, 0), _split(4, 1), _split(6, 2))},
+        classes=[str(c) for c in range(CLASSES)],
+        channels=3,
+        image_size=8,
+    )
+
+
+@pytest.fixture(scope="session")
+def backbone(tmp_path_factory, tiny_digits):
+    """A CNN pretrained for one epoch on the tiny digits' syn domain (PerAda's backbone)."""
+    path = tmp_path_factory.mktemp("backbone") / "cnn-syn.pt"
+    pretrain(tiny_digits, "syn", path, epochs=1, batch_size=32)
+    return path

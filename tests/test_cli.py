@@ -9,13 +9,6 @@ import pytest
 from fedshift.cli import main
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch, digits_cache, digits):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("FEDSHIFT_CACHE", digits_cache)
-    return tmp_path
-
-
 @pytest.mark.parametrize(
     "argv,expected",
     [

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import read_history
 
 from fedshift.algorithms import REGISTRY
 from fedshift.config import resolve
@@ -30,7 +31,7 @@ def make_cfg(algorithm: str, **overrides):
 def backbone_settings(cls, tmp_path, dataset) -> dict:
     """A real pretrained backbone for algorithms that need one (PerAda): trained on syn,
     which then stays out of the federation (sources mnist, mnistm) and is the server's data."""
-    if not getattr(cls, "needs_pretrained_backbone", False):
+    if not cls.needs_pretrained_backbone:
         return {}
     path = tmp_path / "backbone-syn.pt"
     if not path.exists():
@@ -110,10 +111,3 @@ def test_algorithm_contract(algorithm, tmp_path, tiny_digits):
         for key, value in state.items():
             if isinstance(value, torch.Tensor):
                 assert torch.equal(final["clients"][cid][key], value), (cid, key)
-
-
-def read_history(run_dir):
-    """The per-round rows of a run directory's ``metrics.jsonl``."""
-    import json
-
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

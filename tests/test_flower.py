@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import read_history
 
 pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flower]'")
 
@@ -265,10 +266,6 @@ def simulate(rc, out):
     return summary
 
 
-def history(run_dir):
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-
-
 def assert_same_models(dir_a, dir_b):
     a = load_checkpoint(Path(dir_a) / "checkpoint.pt")["server"]
     b = load_checkpoint(Path(dir_b) / "checkpoint.pt")["server"]
@@ -285,8 +282,8 @@ def test_flower_engine_equals_simulation_in_process(tmp_path, digits_cache, task
     for key in (*ACCURACY_KEYS, "per_domain_accuracy", "bytes_up", "bytes_down"):
         assert summary[key] == expected[key], key
     assert summary["failed_clients"] == 0
-    assert [h["train_loss"] for h in history(out)] == [
-        h["train_loss"] for h in history(tmp_path / "sim")
+    assert [h["train_loss"] for h in read_history(out)] == [
+        h["train_loss"] for h in read_history(tmp_path / "sim")
     ]
     assert_same_models(out, tmp_path / "sim")
     assert grid.timeouts and all(t is not None for t in grid.timeouts), "no unbounded wait"
@@ -298,13 +295,13 @@ def test_resume_after_serverapp_crash(tmp_path, digits_cache, task_identity):
     rc = run_config(tmp_path, "crashed", digits_cache)
     with pytest.raises(ConnectionError):
         run_on_grid(LocalGrid(rc, crash_in_round=2), rc)
-    assert len(history(tmp_path / "crashed")) == 1
+    assert len(read_history(tmp_path / "crashed")) == 1
     # a new `flwr run` with resume=true: new Flower contexts, same run directory
     summary, _ = run_on_grid(LocalGrid(rc), {**rc, "resume": True})
     uninterrupted = simulate(rc, tmp_path / "sim")
     for key in ACCURACY_KEYS:
         assert summary[key] == uninterrupted[key], key
-    assert [h["round"] for h in history(tmp_path / "crashed")] == [1, 2, 3]
+    assert [h["round"] for h in read_history(tmp_path / "crashed")] == [1, 2, 3]
     assert_same_models(tmp_path / "crashed", tmp_path / "sim")
 
 
@@ -329,7 +326,8 @@ def test_resumed_run_restores_client_state_from_node_snapshots(
     saved.rename(tmp_path / "moon")
     forgetful, _ = run_on_grid(LocalGrid(rc), {**rc, "resume": True})
     assert (
-        history(tmp_path / "moon")[-1]["train_loss"] != history(tmp_path / "sim")[-1]["train_loss"]
+        read_history(tmp_path / "moon")[-1]["train_loss"]
+        != read_history(tmp_path / "sim")[-1]["train_loss"]
     )
     assert forgetful["bytes_up"] == uninterrupted["bytes_up"]
 
@@ -358,8 +356,8 @@ def test_personal_models_are_scored_on_their_nodes(
     keys = ("personalized_accuracy", "personalized_accuracy_std", *ACCURACY_KEYS)
     for key in (*keys, "per_domain_accuracy", "bytes_up", "bytes_down"):
         assert summary[key] == expected[key], key
-    assert [h["train_loss"] for h in history(out)] == [
-        h["train_loss"] for h in history(tmp_path / "sim")
+    assert [h["train_loss"] for h in read_history(out)] == [
+        h["train_loss"] for h in read_history(tmp_path / "sim")
     ]
     if algorithm == "fedproto":
         # 3 clients x 2 rounds x <= 10 prototypes of 256 floats (+ counts); one model: 2.6 MB
@@ -370,7 +368,7 @@ def test_silent_and_corrupt_clients_fail_under_policy(tmp_path, digits_cache, ta
     rc = run_config(tmp_path, "dyn", digits_cache, rounds=2, **{"round-timeout": 5.0})
     summary, out = run_on_grid(LocalGrid(rc, silent={101}, corrupt={102}), rc)
     assert summary["failed_clients"] == 4  # two clients in each of two rounds
-    assert [h["failed_clients"] for h in history(out)] == [2, 2]
+    assert [h["failed_clients"] for h in read_history(out)] == [2, 2]
     assert math.isfinite(summary["target_accuracy"])
 
     strict = run_config(tmp_path, "strict", digits_cache, failure_policy="strict")
@@ -439,7 +437,7 @@ def test_non_model_messages_and_client_state(tmp_path, digits_cache, task_identi
     for cls, proto in sim["prototypes"].items():
         assert torch.equal(flower["prototypes"][cls], proto), cls
     # ctx.state lived in Flower's Context.state between messages: 3 calls per client
-    assert [h["client_calls"] for h in history(tmp_path / "protos")] == [3.0, 6.0, 9.0]
+    assert [h["client_calls"] for h in read_history(tmp_path / "protos")] == [3.0, 6.0, 9.0]
     for context in grid.contexts.values():
         state = load_state(context.state)
         assert state["history"]["calls"] == 3
@@ -654,12 +652,12 @@ def test_e2e_fedavg_on_flower_equals_simulation(cluster, tmp_path):
     assert summary["failed_clients"] == 0
     for key in ACCURACY_KEYS:
         assert summary[key] == pytest.approx(expected[key], abs=1e-6), key
-    for got, want in zip(history(out), history(tmp_path / "sim"), strict=True):
+    for got, want in zip(read_history(out), read_history(tmp_path / "sim"), strict=True):
         assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-6)
         assert got["per_domain_accuracy"] == want["per_domain_accuracy"]
     assert_same_models(out, tmp_path / "sim")
-    flower_s = [h["seconds"] for h in history(out)]
-    sim_s = [h["seconds"] for h in history(tmp_path / "sim")]
+    flower_s = [h["seconds"] for h in read_history(out)]
+    sim_s = [h["seconds"] for h in read_history(tmp_path / "sim")]
     print(f"\nseconds per round: flower {flower_s}, simulation {sim_s}")
 
 
@@ -729,7 +727,7 @@ def test_e2e_killed_serverapp_resumes_with_client_states(cluster, tmp_path):
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
     stop(run)  # the streaming `flwr run` of the dead run
-    assert len(history(out)) == 1
+    assert len(read_history(out)) == 1
     cluster.stop_run("resume-1")  # as the README says: stop the dead run, then resume
     # the nodes may still be busy with the dead run's last message: wait for them
     resumed = {**settings, "resume": True, "connect-timeout": 240.0}
@@ -737,14 +735,14 @@ def test_e2e_killed_serverapp_resumes_with_client_states(cluster, tmp_path):
     assert (out / "summary.json").is_file(), f"resumed run failed; see {cluster.root / 'logs'}"
     summary = json.loads((out / "summary.json").read_text())
     expected = simulate({**settings, "cache-dir": cluster.env["FEDSHIFT_CACHE"]}, tmp_path / "sim")
-    assert [h["round"] for h in history(out)] == [1, 2, 3]
+    assert [h["round"] for h in read_history(out)] == [1, 2, 3]
     assert summary["failed_clients"] == 0
     for key in ACCURACY_KEYS:
         assert summary[key] == pytest.approx(expected[key], abs=1e-6), key
-    for got, want in zip(history(out), history(tmp_path / "sim"), strict=True):
+    for got, want in zip(read_history(out), read_history(tmp_path / "sim"), strict=True):
         assert got["train_loss"] == pytest.approx(want["train_loss"], abs=1e-6)
     assert_same_models(out, tmp_path / "sim")
-    print(f"\nseconds per round, killed and resumed: {[h['seconds'] for h in history(out)]}")
+    print(f"\nseconds per round, killed and resumed: {[h['seconds'] for h in read_history(out)]}")
 
 
 @pytest.mark.flower
@@ -759,7 +757,7 @@ def test_e2e_supernode_killed_in_round_two_is_a_failed_client(cluster):
     wait_run(run, timeout=420)
     assert (out / "summary.json").is_file(), f"run failed; see {cluster.root / 'logs'}"
     summary = json.loads((out / "summary.json").read_text())
-    rounds = history(out)
+    rounds = read_history(out)
     assert [h["round"] for h in rounds] == [1, 2, 3]
     assert rounds[0]["failed_clients"] == 0
     assert rounds[1]["failed_clients"] == 1

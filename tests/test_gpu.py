@@ -8,7 +8,8 @@ import math
 
 import pytest
 import torch
-from test_contract import read_history, run
+from helpers import read_history
+from test_contract import run
 
 from fedshift.algorithms import REGISTRY
 from fedshift.core.state import load_checkpoint

@@ -15,13 +15,6 @@ from fedshift.engine.sweep import sweep
 SMALL = ["client_data_fraction=0.05", "device=cpu"]
 
 
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch, digits_cache, digits):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("FEDSHIFT_CACHE", digits_cache)
-    return tmp_path
-
-
 @contextlib.contextmanager
 def held_elsewhere(run_dir):
     """The lock as another process would hold it: its own open file, flocked."""
