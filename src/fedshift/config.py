@@ -133,6 +133,8 @@ def resolve(file: str | None, flags: dict[str, Any], sets: list[str]) -> RunConf
         cfg.target = "all"
     if cfg.protocol == "personalized" and "target" not in run_settings:
         cfg.target = "clients"
+    if "model" not in run_settings and cfg.algorithm in REGISTRY:
+        cfg.model = REGISTRY[cfg.algorithm].default_model or cfg.model
     validate(cfg)
     apply_settings(cfg, {k: v for k, v in settings.items() if k.startswith("algo.")})
     cfg.algo = dataclasses.asdict(make_hparams(cfg))

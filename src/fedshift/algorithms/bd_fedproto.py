@@ -29,8 +29,9 @@ class BDFedProtoHparams(BaseHparams):
     lambda_min: float = 0.1  # lower bound of λ_D
     lambda_max: float = 2.0  # upper bound of λ_D
     weighted: bool = True  # FedProto eq. 1 count weighting; False: plain mean
-    # "prototype": nearest own-class C̄(c); "head": the classifier
-    inference: Literal["prototype", "head"] = "prototype"
+    # "own-prototypes": nearest own-class C̄(c) (FedProto's official rule); "head": the
+    # classifier. The client holds no labeled prototype of other classes (no "all-prototypes")
+    inference: Literal["own-prototypes", "head"] = "own-prototypes"
 
     def check(self) -> None:
         if not 0 < self.lambda_min <= self.lambda_init <= self.lambda_max:
@@ -125,7 +126,8 @@ class BDFedProto(FedProto):
     (:func:`anneal_lambda`). Round metrics add ``lambda_d`` (mean over clients) and, as
     FedProto, the MI diagnostic H(p̂) − mean_i H(p_i) per client (``mi/<client id>``).
     Prediction: the nearest of the prototypes the client holds with labels (its own
-    classes), or the classifier with ``inference="head"``.
+    classes; FedProto's default rule, so both are evaluated alike), or the classifier with
+    ``inference="head"``.
 
     Deviation notes: the seed omits formulas (5), (6) and (8); the forms above are ours
     (bounded ρ ∈ [1/2, 2], λ_D ∈ [lambda_min, lambda_max], L_N ∈ [0, 1]). The seed's

@@ -24,6 +24,7 @@ from fedshift.core.state import ServerState
 Tensors = dict[str, torch.Tensor]
 Batches = Callable[[], Iterable[tuple[torch.Tensor, Any]]]
 Evaluation = Literal["ensemble", "average"]
+HeadOutput = Literal["logits", "probabilities"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class FACTHparams(BaseHparams):
     # (official evaluation); "average": the averaged head F used for the next round
     adapt_target: bool = True  # False skips step (4), the target's IDD minimization: an
     # ablation, FACT's source schedule without adaptation (the global G is then G')
+    head_output: HeadOutput = "logits"  # what CE and IDD are applied to: the heads' logits
+    # (the paper's losses), or "probabilities": the softmax outputs the official heads end in
 
     def check(self) -> None:
         if self.lr <= 0:
@@ -83,11 +86,24 @@ def _without_prefix(tensors: Mapping[str, torch.Tensor], prefix: str) -> Tensors
     return {k[cut:]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
-class TwoHeadModel(nn.Module):
-    """G with two heads; per sample, the logits of the head whose largest logit is larger.
+def more_confident_head(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Per sample, the logits of the head with the larger maximum softmax probability (the
+    first one on ties), as the official ``CombinedOutcomeHeadsModel`` compares its heads'
+    softmax outputs."""
+    top_1 = F.softmax(first, dim=1).max(dim=1).values
+    top_2 = F.softmax(second, dim=1).max(dim=1).values
+    return torch.where((top_1 >= top_2)[:, None], first, second)
 
-    This is how the official code scores the target (``CombinedOutcomeHeadsModel``).
-    """
+
+def head_outputs(logits: torch.Tensor, form: str) -> torch.Tensor:
+    """What FACT's losses see: the logits, or (``probabilities``, the official heads' last
+    layer) their softmax."""
+    return F.softmax(logits, dim=1) if form == "probabilities" else logits
+
+
+class TwoHeadModel(nn.Module):
+    """G with two heads; per sample, the logits of the more confident head
+    (:func:`more_confident_head`): how the official code scores the target."""
 
     def __init__(self, model: nn.Module, second_head: nn.Module):
         super().__init__()
@@ -96,10 +112,7 @@ class TwoHeadModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = self.model.features(x)
-        first = self.model.classifier(features)
-        second = self.second_head(features)
-        pick_first = first.max(dim=1).values >= second.max(dim=1).values
-        return torch.where(pick_first[:, None], first, second)
+        return more_confident_head(self.model.classifier(features), self.second_head(features))
 
 
 class FACT(Algorithm):
@@ -135,6 +148,22 @@ class FACT(Algorithm):
     skips the first ``int(0.1·epochs)`` rounds when taking the minimum IDD — 0 with its
     epochs=1 — so min-IDD selection here considers every evaluated round. (d) With fewer than
     two sources replying (failure policy), the round keeps the previous global model.
+    (e) The official heads end in a Softmax, and its cross-entropy and IDD take those
+    probabilities: CE is applied to a softmax of probabilities and the IDD compares
+    softmax(softmax(·)), whose values stay within a factor e of uniform, so the official
+    gradients are much flatter (an outside reading puts the IDD gradient ~7× below the
+    logits form) and its learning rate 0.005 is tuned for them. Here the heads return logits
+    and CE/IDD take the logits (the paper's losses); ``algo.head_output=probabilities``
+    applies them to the softmax outputs as the official code does.
+
+    Model: the default is ``fact-cnn``, the official Digit-Five split (G = two conv blocks,
+    each head F = the three-layer MLP 8192 → 3072 → 100 → classes with BatchNorm and
+    dropout), so the target's IDD step updates only the conv blocks and fine-tuning adapts
+    the whole MLP. Any other ``--model`` takes G = its backbone and F = its head (e.g.
+    ``digit5-cnn``: G = three convs + fc1 + fc2, F = one linear layer; before ``fact-cnn``
+    existed FACT ran on the run's model, ``cnn`` unless given).
+    The target is scored per sample with the head whose softmax maximum is larger
+    (``evaluate_with=ensemble``, the official ``CombinedOutcomeHeadsModel``).
     """
 
     name = "fact"
@@ -142,6 +171,7 @@ class FACT(Algorithm):
     Hparams = FACTHparams
     shares = {"model": Kind.MODEL}
     protocols = ("msst",)
+    default_model = "fact-cnn"
     selection = "min_idd"
     selection_lower_is_better = True
     #: run the source head fine-tuning step (FACT); FACT-NF skips it
@@ -244,7 +274,7 @@ class FACT(Algorithm):
             optimizer,
             ctx.train_cfg.local_epochs,
             self._scheduled(ctx, optimizer, lambda: ctx.train.batches(self.hp.batch_size, ctx.rng)),
-            lambda x, y: F.cross_entropy(model(x), y),
+            lambda x, y: F.cross_entropy(head_outputs(model(x), self.hp.head_output), y),
         )
         generator, head = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", generator)
@@ -270,7 +300,9 @@ class FACT(Algorithm):
             self._sgd(model.head.parameters(), ctx),
             self.hp.finetune_epochs,
             lambda: ctx.train.batches(self.hp.batch_size, ctx.rng),
-            lambda x, y: F.cross_entropy(model.classifier(model.features(x)), y),
+            lambda x, y: F.cross_entropy(
+                head_outputs(model.classifier(model.features(x)), self.hp.head_output), y
+            ),
         )
         _, head = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", head)
@@ -296,7 +328,11 @@ class FACT(Algorithm):
         def idd_loss(x: torch.Tensor, _) -> torch.Tensor:
             nonlocal idd_total, idd_batches
             features = model.features(x)
-            loss = inter_domain_distance(model.classifier(features), second_head(features))
+            form = self.hp.head_output
+            loss = inter_domain_distance(
+                head_outputs(model.classifier(features), form),
+                head_outputs(second_head(features), form),
+            )
             idd_total += float(loss.detach())  # the reported IDD is the mean over batches
             idd_batches += 1
             return loss

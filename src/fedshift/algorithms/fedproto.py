@@ -34,13 +34,16 @@ from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 from fedshift.eval.metrics import accuracy
 
+Inference = Literal["own-prototypes", "all-prototypes", "head"]
+
 
 @dataclass(frozen=True)
 class FedProtoHparams(BaseHparams):
     proto_weight: float = 1.0  # λ, weight of the prototype distance (ld; 0.1 on CIFAR-10)
     weighted: bool = True  # eq. 1 weights C_k(c) by |D_{k,c}|; False: official plain mean
-    # "prototype": nearest C̄(c) (eq. 5); "head": the classifier
-    inference: Literal["prototype", "head"] = "prototype"
+    # "own-prototypes": nearest C̄(c) among the client's own classes (official code);
+    # "all-prototypes": among every global prototype (eq. 5); "head": the classifier
+    inference: Inference = "own-prototypes"
 
 
 class FedProto(Algorithm):
@@ -55,10 +58,13 @@ class FedProto(Algorithm):
     weighted by |D_{k,c}| (eq. 1, ``weighted=True``) or unweighted (official code,
     ``weighted=False``), and sends the global table back to all clients in the same round
     (task ``receive``), so the evaluated client models always carry the newest C̄. Prediction
-    is the nearest global prototype, argmin_c ‖f(x) − C̄(c)‖² (eq. 5); ``inference="head"``
-    uses the client's classifier instead. The round metrics report both on each client's own
-    test share (``proto_accuracy``, ``head_accuracy``), the prototype term (``proto_loss``)
-    and seed 002's MI diagnostic (``mi_mean``, ``mi/<client id>``).
+    is the nearest global prototype among the classes the client holds,
+    argmin_{c ∈ C_k} ‖f(x) − C̄(c)‖² (``inference="own-prototypes"``, the official code's
+    ``test_inference_new_het_lt``, the default, and BD-FedProto's rule);
+    ``inference="all-prototypes"`` is the paper's eq. 5 over every class, ``"head"`` the
+    client's classifier. The round metrics report the prototype rule and the head on each
+    client's own test share (``proto_accuracy``, ``head_accuracy``), the prototype term
+    (``proto_loss``) and seed 002's MI diagnostic (``mi_mean``, ``mi/<client id>``).
 
     Deviation notes:
 
@@ -128,7 +134,9 @@ class FedProto(Algorithm):
         return self.wrap_model(self.run.build_model, client_state)
 
     def wrap_model(self, build, client_state: dict[str, Any]) -> PrototypeModel | None:
-        """The client's network (built by ``build``) with its last received prototypes."""
+        """The client's network (built by ``build``) with the prototypes its inference rule
+        chooses among: the last received table, cut to the client's own classes unless
+        ``inference="all-prototypes"``."""
         if "model" not in client_state:
             return None
         net = build()
@@ -136,6 +144,8 @@ class FedProto(Algorithm):
         table = client_state.get("prototypes")
         if table is None:
             table = torch.full((self.run.num_classes, net.embed_dim), float("nan"))
+        elif self.hp.inference != "all-prototypes" and "classes" in client_state:
+            table = only_classes(table, client_state["classes"])
         return PrototypeModel(net, table)
 
     def predict(self, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -180,6 +190,7 @@ class FedProto(Algorithm):
         metrics = local_metrics(ctx, seen, **sums)
         ctx.state["model"] = state_dict_cpu(model)
         protos, counts, mi = local_statistics(model, ctx.train, ctx.device, with_mi=True)
+        ctx.state["classes"] = torch.tensor(sorted(protos), dtype=torch.long)
         reply = Record(arrays=prototype_arrays(protos, counts))
         reply.metrics.update(metrics)
         reply.metrics.update(self.after_training(ctx, metrics))
@@ -203,6 +214,14 @@ class FedProto(Algorithm):
                 model, ctx.test, ctx.device, lambda m, x: m(x)
             )
         return reply
+
+
+def only_classes(table: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """``table`` with the rows of every class outside ``classes`` set to NaN (left out of
+    the nearest-prototype rule)."""
+    kept = torch.full_like(table, float("nan"))
+    kept[classes] = table[classes]
+    return kept
 
 
 def predict_nearest(model: PrototypeModel, x: torch.Tensor) -> torch.Tensor:

@@ -70,6 +70,8 @@ class Algorithm:
     problems: ClassVar[tuple[str, ...]] = ("classification",)
     #: the run must name a pretrained backbone file (PerAda's frozen u)
     needs_pretrained_backbone: ClassVar[bool] = False
+    #: the model a run of this algorithm uses unless it names one (e.g. FACT's own split)
+    default_model: ClassVar[str] = ""
     _tasks: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
