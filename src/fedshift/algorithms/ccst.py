@@ -10,11 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.algorithms._common import (
+    average_replies,
     fit,
     local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
+    weighted_metric,
     with_penalty,
 )
 from fedshift.algorithms.fedavg import FedAvg
@@ -24,11 +26,13 @@ from fedshift.core.errors import ConfigError, RoundFailed
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
+from fedshift.core.reduce import mean
 from fedshift.core.split import to_input
 from fedshift.core.state import ServerState
 from fedshift.models.adain import adain, load_adain_networks, pooled_style
 
 StyleType = Literal["overall", "single"]
+Aggregation = Literal["weighted", "uniform"]
 #: images encoded at once when computing styles
 STYLE_BATCH = 64
 
@@ -41,6 +45,9 @@ class CCSTHparams(BaseHparams):
     alpha: float = 1.0  # α, AdaIN content/style trade-off (official 1.0)
     vgg_weights: str = ""  # local vgg_normalised.pth: with decoder_weights, the VGG AdaIN model
     decoder_weights: str = ""  # local AdaIN decoder.pth
+    # server mean of the models: "weighted" by train-split size (FedAvg), or "uniform" 1/K
+    # over the round's clients (the official fed_run.py)
+    aggregation: Aggregation = "weighted"
 
     def check(self) -> None:
         if self.single_styles < 1 or self.styles_per_image < 1:
@@ -86,13 +93,31 @@ class CCST(FedAvg):
     exchange shows in ``bytes_up``/``bytes_down`` (the ``style-stats`` and ``style-bank``
     calls of ``setup``). Checkpoints carry it, so resuming needs no new exchange.
 
-    Deviation notes: when the draw picks the client's own domain the original image is used
-    (the official data reorganization copies the original instead of self-stylizing). The
-    official code stylizes once offline and saves images; here stylization happens on the
-    fly from the same fixed draw (identical data up to image-file quantization). J is not
-    fixed by the paper; the official single mode draws one style image per batch of 32 —
-    ``single_styles`` defaults to 32. A client that missed the bank broadcast (failure policy
-    ``resilient``/``dynamic``) trains on its original images only.
+    Deviation notes:
+
+    * When the draw picks the client's own domain the original image is used (the official
+      data reorganization copies the original instead of self-stylizing).
+    * The official code stylizes once offline and saves images; here stylization happens on
+      the fly from the same fixed draw (identical data up to image-file quantization).
+    * J is not fixed by the paper; the official single mode draws one style image per batch
+      of 32 — ``single_styles`` defaults to 32.
+    * A client that missed the bank broadcast (failure policy ``resilient``/``dynamic``)
+      trains on its original images only.
+    * Server mean: the official ``federated/fed_run.py`` gives every client the weight 1/K
+      (its ``client_weights`` list, K source clients, all of which train every round) in
+      ``communication``, whatever the sizes of their splits. fedshift defaults to FedAvg's
+      train-split-size weights (``aggregation="weighted"``), as the method description
+      trains with FedAvg; ``aggregation="uniform"`` takes the plain mean over the round's
+      clients, as the official code. The two differ when the splits are unequal
+      (PACS domains hold 1,670 to 3,929 images: weighting gives sketch more than twice
+      photo's say); the round metric ``train_loss`` stays size-weighted either way.
+    * Optimizer: the official main loop builds, at the start of every round, a new
+      ``optim.SGD(params, lr=args.lr)`` per client — no momentum and no weight decay (its
+      defaults: lr 1e-2, batch 32, one local epoch ``wk_iters=1``, 500 rounds ``iters``).
+      fedshift also starts each round's local training from a fresh optimizer (nothing
+      carried across rounds) but uses the run's SGD settings, momentum 0.9 and weight
+      decay 5e-4 by default; ``--set momentum=0 --set weight_decay=0`` gives the official
+      momentum-free, decay-free SGD.
     """
 
     name = "ccst"
@@ -113,6 +138,23 @@ class CCST(FedAvg):
                 raise ConfigError(str(exc)) from None
 
     # -- server --------------------------------------------------------------------------
+    def round(self, state: ServerState, fed: Federation):
+        """FedAvg's round with CCST's choice of mean:
+
+        1. the sampled clients train from the global model on their style-augmented data;
+        2. the server keeps the split-size-weighted mean of their models
+           (``aggregation="weighted"``) or the plain mean (``"uniform"``, official code).
+        """
+        # 1. local training
+        replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
+        # 2. server mean
+        if replies:
+            if self.hp.aggregation == "uniform":
+                state.model = mean([r.subset("model") for r in replies.values()])
+            else:
+                state.model = average_replies(replies)
+        return state, {"train_loss": weighted_metric(replies, "loss")}
+
     def setup(self, state: ServerState, fed: Federation) -> ServerState:
         """Build the style bank once, before round 1:
 

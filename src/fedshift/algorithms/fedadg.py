@@ -39,7 +39,7 @@ class FedADGHparams(BaseHparams):
     rp_dim: int = 1024  # random-projection size in front of the discriminator (official 1024)
     generator_hidden: int = 4096  # G's hidden layer width (official 4096)
     discriminator_hidden: int = 1024  # D's hidden layer width (official 1024)
-    label_value: float = 1.0  # value of the true class in D's and G's condition y (official 0.7)
+    label_value: float = 1.0  # true class's value in the condition y (official 0.7 PACS, 0.6 VLCS)
     variant: Variant = "paper"  # adversarial losses: "paper" (seed's equations) or "official" code
     share_discriminator: bool = True  # average D on the server (the method description);
     # False keeps one D per client in its state, never sent (the official code)
@@ -134,14 +134,31 @@ class FedADG(Algorithm):
     the classifier (the global model), G and D; all four travel every round.
 
     Deviation notes: ``variant=paper`` (default) uses the seed's L_adv_d (negated squared
-    errors) and L_adv_g = E[(1 − D(h'|y))²]; the official code minimizes
+    errors) and L_adv_g = E[(1 − D(h'|y))²]; the official PACS code minimizes
     E[(1 − D(h'))²] + E[D(h)²] for D and E[D(h')²] for G (``variant=official``). The official
     projection is a trainable linear layer re-initialized after a norm scaling; here it is a
     fixed seeded Gaussian projection (Johnson–Lindenstrauss scaling), as the method
-    describes. The official code also warms up F and the classifier with CE-only epochs each
-    round, uses label smoothing, keeps the epoch with the best local validation accuracy,
-    conditions on 0.7·one-hot and separate learning rates for D and G; here every network
-    uses the run's optimizer and learning rate and the last local iterate is sent.
+    describes.
+
+    The release holds two official forms, one per README recipe, and ``variant=official``
+    is only the first. (1) ``pacs-ours/localTrain.py`` (PACS): the least-squares losses
+    above with gradient into G, condition 0.7·one-hot, D projecting h alone and then
+    appending y — ``variant=official`` with ``label_value=0.7``. (2) ``src/localTrain.py``
+    (VLCS): D minimizes the seed's form −E[D(h')² + (1 − D(h))²] (``variant=paper``'s
+    L_adv_d), the condition is 0.6·one-hot (``label_value=0.6``), D projects the
+    concatenation [h, y] with the norm-scaled layer kept as it is, the CE warm-up is 5
+    epochs, and the G step computes E[(1 − D(h'))²] (the seed's L_adv_g) on a *detached*
+    G output: no gradient reaches G, its SGD step skips it, and G — so the reference
+    distribution — keeps its initial weights for the whole run (the server averages
+    identical copies). fedshift covers that form's D loss and label but not its frozen
+    G: ``variant=paper`` trains G on the same expression with the gradient flowing, and
+    no option freezes G or projects [h, y] together.
+
+    Both official forms also warm up F and the classifier with CE-only epochs each round
+    (5 for VLCS; ``--i-epochs 3`` in the PACS recipe), use label smoothing, keep the epoch
+    with the best local validation accuracy and train D and G at a second learning rate
+    (``--lr1``; F and C ``--lr0``); here every network uses the run's optimizer and
+    learning rate and the last local iterate is sent.
 
     More differences from the official code (``Haoxiang-Wang/FedADG``, a copy of the authors'
     release; read, not run): it keeps one discriminator per client that never leaves it

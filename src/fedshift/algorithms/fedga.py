@@ -99,13 +99,26 @@ class FedGA(FedAvg):
     θ^{t+1} = Σ a_k θ_k^{t+1} over the clients of the round (their weights renormalized).
     The weights start uniform (1/K, as in the official code) and live in the server state.
 
-    Deviation notes: the official code (``variant=official``) does not centre the gaps,
-    scales the step by 1/3 and clips weights to [0, 1]; its step schedule d − (t−1)·d/T is
-    taken as the paper's (1 − t/T)·d. The official scripts measure gaps in accuracy by
-    default (``--fair acc``: G_k = acc(θ_k) − acc(θ)); the paper and the default here use the
-    loss, ``gap_metric=accuracy`` gives the official form. With
-    partial participation only reporting clients' weights move (μ over them), and a gap may
-    compare against a local model from an earlier round.
+    Deviation notes:
+
+    * The official code (``variant=official``) does not centre the gaps, scales the step by
+      1/3 and clips weights to [0, 1]; its step schedule d − (t−1)·d/T is taken as the
+      paper's (1 − t/T)·d.
+    * Normaliser and clipping of ``variant=paper``: the seed's update divides by
+      max_l (G_l − μ), the largest *signed* deviation above the mean, and then only
+      renormalises. fedshift divides by max_l |G_l − μ|, the absolute value the official
+      ``refine_weight_dict_by_GA`` (``utils/weight_adjust.py``) takes (of uncentred gaps
+      there), so no weight moves by more than d_t; and it clips at 0 before renormalising
+      (the official ``weight_clip`` clips to [0, 1]), which keeps the objective's
+      constraint a_k ≥ 0 that the seed's update alone does not. They differ when the
+      deviation furthest below the mean is larger than the one furthest above: gaps
+      (0, 3, 3) have μ = 2 and signed maximum 1, so the seed's form moves the first weight
+      by −2·d_t (from 1/3 with d_t = 0.2: −0.07, a negative weight), fedshift's by −d_t.
+    * The official scripts measure gaps in accuracy by default (``--fair acc``:
+      G_k = acc(θ_k) − acc(θ)); the paper and the default here use the loss,
+      ``gap_metric=accuracy`` gives the official form.
+    * With partial participation only reporting clients' weights move (μ over them), and a
+      gap may compare against a local model from an earlier round.
     """
 
     name = "fedga"

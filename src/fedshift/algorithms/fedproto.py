@@ -68,9 +68,20 @@ class FedProto(Algorithm):
 
     Deviation notes:
 
-    * Local prototypes are computed after local training in eval mode (eq. 2 on the trained
-      model, dropout off); the official code averages the training-mode features of every
-      batch it saw during the local epochs.
+    * Local prototypes are computed after local training in eval mode, in one pass over the
+      whole training split (eq. 2 on the trained model, dropout off). The official
+      ``LocalUpdate.update_weights_het`` (``lib/update.py``) collects training-mode
+      features batch by batch while it trains (each before that batch's update), but
+      empties its per-class lists at the start of every local epoch, so only the last
+      local epoch's batches count (``train_ep`` defaults to 1; its loader drops the last
+      incomplete batch); ``agg_func`` (``lib/utils.py``) averages them per class.
+    * Eq. 1 normalisation: as printed, C̄(c) = (1/|𝒩_c|)·Σ_{k∈𝒩_c} (|D_{k,c}|/N_c)·C_k(c),
+      with 𝒩_c the set of clients holding c and N_c the class-c sample total; the count
+      weights already sum to one, so read literally the extra 1/|𝒩_c| shrinks C̄(c) by the
+      number of holders. ``weighted=True`` (default) takes the count-weighted mean
+      Σ_k |D_{k,c}|·C_k(c) / Σ_k |D_{k,c}| without that factor; the official
+      ``proto_aggregation`` (``lib/utils.py``) ignores the counts and takes the plain mean
+      over the holders (``weighted=False``).
     * Classes no client sampled this round keep their previous global prototype (only matters
       with ``fraction < 1``); the official code always has every client take part.
     * Optimizer, learning rate, batch size and local epochs are the run's (``lr`` 0.01 as in

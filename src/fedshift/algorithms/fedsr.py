@@ -143,6 +143,18 @@ class FedSR(Algorithm):
       official code replaces ResNet's ``fc`` by it; on fedshift's CNNs it follows the
       feature layer).
     - The optimizer is rebuilt every round (the official one keeps momentum across rounds).
+    - Local work per round: the official ``src/main.py`` runs ``total_iters / E`` rounds
+      (5000 / 5 = 1000) of ``train_client(loader, steps=E)``, and each of the E = 5 steps
+      trains on ``next(iter(loader))`` — the first batch of a freshly shuffled loader, so
+      every step sees an independently drawn batch of 64 and a round is 5 SGD steps
+      whatever the client's size. fedshift runs the run's ``local_epochs`` full shuffled
+      passes over the client's split (one by default), so a round's work grows with the
+      split; there is no step-count option.
+    - Server mean: the official ``Base.communicate`` (``src/methods/base.py``) replaces
+      every parameter and buffer by the plain mean over the source clients (sum / count;
+      the target's process is left out). fedshift takes FedAvg's ``num-examples``-weighted
+      mean (``average_replies``), of the model and, with ``share_reference``, of the
+      reference; the two agree only when the clients' splits are equally large.
     - Test-time noise comes from a generator seeded by the run seed, so evaluation is
       deterministic; training noise comes from the client's ``ctx.rng``.
     """

@@ -39,7 +39,7 @@ from fedshift.core.state import ServerState
 
 @dataclass(frozen=True)
 class FPLHparams(BaseHparams):
-    temperature: float = 0.02  # τ of the CPCL cosine similarities (official main.py: 0.1)
+    temperature: float = 0.02  # τ of the CPCL cosine similarities (paper; official infoNCET)
     # "mean": MSELoss (official code); "sum": ‖z − U^c‖² (paper)
     upcr_reduction: Literal["sum", "mean"] = "mean"
     finch_level: int = -1  # FINCH partition kept: -1 the coarsest (official code), 0 the finest
@@ -167,7 +167,16 @@ class FPL(Algorithm):
       (the official code's fallback); two prototypes always form one FINCH cluster.
     - Clustering is unweighted (as in the official code); the model mean is weighted by
       sample counts (the official ``weight`` averaging).
-    - τ = 0.02 is the paper's value; the official ``main.py`` defaults ``infoNCET`` to 0.1.
+    - τ = 0.02 is the paper's value and the official ``main.py`` default (``--infoNCET``);
+      only the first release of ``main.py`` (commit a52a765, 2023-03-16) had 0.1, changed
+      to 0.02 on 2023-03-20.
+    - Local training length and weight decay are the run's, not the official ones: the
+      official ``main.py`` defaults ``--local_epoch`` to 10 (and 100 rounds, 10 clients),
+      and ``FPL._train_net`` (``models/fpl.py``) builds a fresh SGD each round with
+      momentum 0.9 and weight decay 1e-5 (lr 0.01 and batch 64 from
+      ``utils/best_args.py``). fedshift's run defaults are 1 local epoch and weight decay
+      5e-4 (momentum, lr and batch size agree); ``--local-epochs 10 --set
+      weight_decay=1e-5`` gives the official values.
     """
 
     name = "fpl"

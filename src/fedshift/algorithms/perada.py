@@ -148,23 +148,40 @@ class PerAda(Algorithm):
     the plain average when no snapshot beats it. Evaluation: w on held-out domains
     (``target_accuracy``) and v_k on each client's own test share (``personalized_accuracy``).
 
-    Deviation notes: the official code puts residual 1x1-conv adapters inside every ResNet
-    block and also trains the blocks' BatchNorm affine parameters; fedshift places one
-    residual adapter of the same form on the backbone's feature vector, which fits every
-    fedshift backbone, keeps u's BatchNorm statistics frozen, and lets the server cache the
-    frozen features of the auxiliary set so the official KD budget is cheap on a CPU. The
-    official KD scores every step on a labeled validation set held by the server;
-    fedshift's server holds no labels, so the clients score snapshots on their own
-    validation splits. Every 50th step by default: 11 adapters down and 11 counts up per
-    client per KD round, which makes PerAda's downlink 1.26x full-model FedAvg's on
-    digits-dg (its uplink stays 1/9.5); ``kd_eval_every=500`` scores only the average and
-    the last step, ``kd_selection=last`` keeps the last step without any validation.
-    Without a selection, 500 KD steps per round on a small auxiliary set drift: in a
-    30-round digits-dg run (personalized protocol, seed 0) the clients' training loss from
-    w rose from 0.48 (round 9) to 1.41 and the personalized accuracy fell from 89.5 %
-    (round 8) to 82.2 % (README, PerAda). The official code's proximal term is
-    λ·‖v_k − w‖² (no 1/2); fedshift follows the paper's λ/2. Both adapters use the run's
-    optimizer (official: SGD).
+    Deviation notes:
+
+    * The official code puts residual 1x1-conv adapters inside every ResNet block and also
+      trains the blocks' BatchNorm affine parameters; fedshift places one residual adapter
+      of the same form on the backbone's feature vector, which fits every fedshift
+      backbone, keeps u's BatchNorm statistics frozen, and lets the server cache the frozen
+      features of the auxiliary set so the official KD budget is cheap on a CPU. The
+      official ``AdapterBlock`` also applies dropout before its 1x1 conv
+      (``--adapter_dropout``, default 0.3, which the released scripts keep); fedshift's
+      adapter has none.
+    * The official KD scores every step on a labeled validation set held by the server;
+      fedshift's server holds no labels, so the clients score snapshots on their own
+      validation splits. Every 50th step by default: 11 adapters down and 11 counts up per
+      client per KD round, which makes PerAda's downlink 1.26x full-model FedAvg's on
+      digits-dg (its uplink stays 1/9.5); ``kd_eval_every=500`` scores only the average
+      and the last step, ``kd_selection=last`` keeps the last step without any validation.
+      Without a selection, 500 KD steps per round on a small auxiliary set drift: in a
+      30-round digits-dg run (personalized protocol, seed 0) the clients' training loss
+      from w rose from 0.48 (round 9) to 1.41 and the personalized accuracy fell from
+      89.5 % (round 8) to 82.2 % (README, PerAda).
+    * Distillation teachers: the official ``Distillation`` (``aggregation/distillation.py``)
+      runs the clients' local models as local training left them, in training mode
+      (``FedBase.train`` in ``optim/base.py`` calls ``model.train()``, and nothing switches
+      them to eval before distillation; only the student is put in eval, to be
+      validated). Their BatchNorm layers, backbone's and adapters', thus normalise each
+      auxiliary batch with that batch's own statistics (updating their running statistics
+      on the auxiliary data as a side effect), and the adapters' dropout is active, so the
+      ensemble target is noisy and depends on the batch. fedshift runs the teachers in
+      eval mode: the adapter's BatchNorm uses the running statistics of the client's own
+      training data, which makes the target deterministic and lets the server compute it
+      once per round for the whole auxiliary set. On auxiliary data from another domain
+      the two targets differ.
+    * The official code's proximal term is λ·‖v_k − w‖² (no 1/2); fedshift follows the
+      paper's λ/2. Both adapters use the run's optimizer (official: SGD).
     """
 
     name = "perada"
