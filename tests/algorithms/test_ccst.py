@@ -163,3 +163,26 @@ def test_ccst_bytes_include_the_one_off_style_bank(tiny_digits, tmp_path):
     # down, once: the bank (K styles and K int64 owner ids) to each client
     bank = k * 2 * channels * float_bytes + k * 8
     assert summary["bytes_down"] == fedavg_round + k * bank
+
+
+class _TwoClients:
+    """A federation whose two clients reply with hand-made models (sizes 1 and 3)."""
+
+    def sample(self, k=None, role="source"):
+        return [0, 1]
+
+    def call(self, task, ids, record):
+        return {
+            0: Record(arrays={"model.w": torch.tensor([0.0])}, metrics={"num-examples": 1}),
+            1: Record(arrays={"model.w": torch.tensor([4.0])}, metrics={"num-examples": 3}),
+        }
+
+
+@pytest.mark.parametrize(("aggregation", "expected"), [("weighted", 3.0), ("uniform", 2.0)])
+def test_ccst_weighted_or_uniform_server_mean(aggregation, expected):
+    from fedshift.core.state import ServerState
+
+    algo = CCST(CCSTHparams(aggregation=aggregation), run=None)
+    state, _ = algo.round(ServerState(model={"w": torch.tensor([9.0])}), _TwoClients())
+    # weighted: (1·0 + 3·4) / 4 = 3; uniform (official 1/K): (0 + 4) / 2 = 2
+    assert torch.equal(state.model["w"], torch.tensor([expected]))
