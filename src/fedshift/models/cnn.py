@@ -37,6 +37,24 @@ def _probability(name: str, value: object) -> float:
     return float(value)
 
 
+def _conv_pool_block(index: int, c_in: int, c_out: int) -> dict[str, nn.Module]:
+    """The Digit-Five block ``conv{i}`` 5x5 (padding 2) -> BN -> ReLU -> MaxPool(3, 2, 1)."""
+    return {
+        f"conv{index}": nn.Conv2d(c_in, c_out, 5, stride=1, padding=2),
+        f"bn{index}": nn.BatchNorm2d(c_out),
+        f"relu{index}": nn.ReLU(),
+        f"pool{index}": nn.MaxPool2d(3, stride=2, padding=1),
+    }
+
+
+def _side_after_pools(image_size: int, pools: int = 2) -> int:
+    """Spatial side after ``pools`` MaxPool2d(kernel 3, stride 2, padding 1) layers."""
+    side = image_size
+    for _ in range(pools):
+        side = (side + 2 * 1 - 3) // 2 + 1
+    return side
+
+
 def build_cnn(
     num_classes: int,
     *,
@@ -124,20 +142,12 @@ def build_digit5_cnn(
     """
     _check_common(num_classes, in_channels, image_size)
     dropout = _probability("dropout", dropout)
-    side = image_size
-    for _ in range(2):  # MaxPool2d(kernel 3, stride 2, padding 1)
-        side = (side + 2 * 1 - 3) // 2 + 1
+    side = _side_after_pools(image_size)
     embed_dim = 2048
     backbone = nn.Sequential(
         OrderedDict(
-            conv1=nn.Conv2d(in_channels, 64, 5, stride=1, padding=2),
-            bn1=nn.BatchNorm2d(64),
-            relu1=nn.ReLU(),
-            pool1=nn.MaxPool2d(3, stride=2, padding=1),
-            conv2=nn.Conv2d(64, 64, 5, stride=1, padding=2),
-            bn2=nn.BatchNorm2d(64),
-            relu2=nn.ReLU(),
-            pool2=nn.MaxPool2d(3, stride=2, padding=1),
+            **_conv_pool_block(1, in_channels, 64),
+            **_conv_pool_block(2, 64, 64),
             conv3=nn.Conv2d(64, 128, 5, stride=1, padding=2),
             bn3=nn.BatchNorm2d(128),
             relu3=nn.ReLU(),
@@ -181,20 +191,12 @@ def build_fact_cnn(
     """
     _check_common(num_classes, in_channels, image_size)
     dropout = _probability("dropout", dropout)
-    side = image_size
-    for _ in range(2):  # MaxPool2d(kernel 3, stride 2, padding 1)
-        side = (side + 2 * 1 - 3) // 2 + 1
+    side = _side_after_pools(image_size)
     embed_dim = 128 * side * side
     backbone = nn.Sequential(
         OrderedDict(
-            conv1=nn.Conv2d(in_channels, 64, 5, stride=1, padding=2),
-            bn1=nn.BatchNorm2d(64),
-            relu1=nn.ReLU(),
-            pool1=nn.MaxPool2d(3, stride=2, padding=1),
-            conv2=nn.Conv2d(64, 128, 5, stride=1, padding=2),
-            bn2=nn.BatchNorm2d(128),
-            relu2=nn.ReLU(),
-            pool2=nn.MaxPool2d(3, stride=2, padding=1),
+            **_conv_pool_block(1, in_channels, 64),
+            **_conv_pool_block(2, 64, 128),
             flatten=nn.Flatten(),
         )
     )
