@@ -8,7 +8,14 @@ from torchvision import models as tvm
 
 from fedshift.models import MODELS, FedModel, build_model, normalize_input
 
-EMBED = {"cnn": 256, "digit5-cnn": 2048, "fedproto-cnn": 50, "resnet18": 512, "resnet50": 2048}
+EMBED = {
+    "cnn": 256,
+    "digit5-cnn": 2048,
+    "fact-cnn": 8192,
+    "fedproto-cnn": 50,
+    "resnet18": 512,
+    "resnet50": 2048,
+}
 # resnet18 is tested with the 32-px (CIFAR) stem; resnet50 with the ImageNet stem, which on
 # 32-px input is ~30x cheaper on CPU and keeps the fast tier fast
 OPTS = {"resnet18": {"small_input": True}}
@@ -24,7 +31,7 @@ def _batch(n: int = 2, c: int = 3, size: int = 32, seed: int = 123) -> torch.Ten
 
 
 def test_registry_matches_expected_names():
-    # unet (segmentation, per-pixel outputs) is tested in test_elcfs_ditto_perada.py
+    # unet (segmentation, per-pixel outputs) is tested in test_segmentation.py
     assert set(MODELS) == set(EMBED) | {"unet"}
     assert all(isinstance(v, str) and v for v in MODELS.values())
 
