@@ -61,17 +61,18 @@ def fit(
     batches: Callable[[], Iterable[tuple[torch.Tensor, Any]]],
     step_loss: StepLoss,
     *,
+    terms: Iterable[str] = (),
     min_batch: int = 2,
 ) -> tuple[dict[str, float], int]:
     """The local-step loop every algorithm shares: for each of ``epochs`` passes over
     ``batches()``, one optimizer step on ``step_loss(x, y)`` per batch.
 
     Batches smaller than ``min_batch`` are skipped (BatchNorm cannot train on a single
-    sample). Returns the batch-size-weighted sums of ``loss`` (0 when no batch was trained)
-    and of each named term, and the number of samples seen (:func:`local_metrics` turns
-    them into a reply's metrics).
+    sample). Returns the batch-size-weighted sums of ``loss`` and of each named term (those
+    listed in ``terms`` are 0 when no batch was trained), and the number of samples seen
+    (:func:`local_metrics` turns them into a reply's metrics).
     """
-    sums: dict[str, float] = {"loss": 0.0}
+    sums: dict[str, float] = {"loss": 0.0, **dict.fromkeys(terms, 0.0)}
     seen = 0
     for _ in range(epochs):
         for x, y in batches():

@@ -327,4 +327,4 @@ class CCST(FedAvg):
 
         optimizer = make_optimizer(model.parameters(), cfg)
         sums, seen = fit(optimizer, cfg.local_epochs, styled_batches, step_loss)
-        return local_metrics(ctx, seen, loss=sums.get("loss", 0.0))
+        return local_metrics(ctx, seen, **sums)

@@ -282,7 +282,7 @@ class FACT(Algorithm):
             reply.with_arrays("model", head)
         else:
             ctx.state["head"] = head
-        reply.metrics.update(local_metrics(ctx, seen, loss=sums.get("loss", 0.0)))
+        reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply
 
     @client_task("finetune")
@@ -306,7 +306,7 @@ class FACT(Algorithm):
         )
         _, head = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", head)
-        reply.metrics.update(local_metrics(ctx, seen, loss=sums.get("loss", 0.0)))
+        reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply
 
     @client_task("idd")

@@ -394,5 +394,5 @@ class FADA(Algorithm):
         )
         generator = {k: v for k, v in state_dict_cpu(net).items() if k.startswith("backbone.")}
         reply = Record().with_arrays("model", generator)
-        reply.metrics.update(local_metrics(ctx, seen, loss=sums.get("loss", 0.0)))
+        reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

@@ -299,12 +299,12 @@ class FedDGELCFS(Algorithm):
 
         optimizer = make_optimizer(model.parameters(), ctx.train_cfg)
         sums, seen = fit(
-            optimizer, ctx.train_cfg.local_epochs, lambda: self._batches(ctx), episode_loss
+            optimizer,
+            ctx.train_cfg.local_epochs,
+            lambda: self._batches(ctx),
+            episode_loss,
+            terms=("meta_loss",),
         )
         reply = model_record(model)
-        reply.metrics.update(
-            local_metrics(
-                ctx, seen, loss=sums.get("loss", 0.0), meta_loss=sums.get("meta_loss", 0.0)
-            )
-        )
+        reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

@@ -248,6 +248,7 @@ class FedSR(Algorithm):
             cfg.local_epochs,
             lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
             step_loss,
+            terms=("l2r", "cmi"),
         )
         ctx.state["r_mu"] = ref["mu"].detach().cpu().clone()
         ctx.state["r_sigma"] = ref["sigma"].detach().cpu().clone()
@@ -256,7 +257,5 @@ class FedSR(Algorithm):
         reply = Record().with_arrays("model", state_dict_cpu(model))
         if hp.share_reference:
             reply.with_arrays("reference", {"mu": ctx.state["r_mu"], "sigma": ctx.state["r_sigma"]})
-        # a client without a batch to train on still reports zero losses
-        sums = {"loss": 0.0, "l2r": 0.0, "cmi": 0.0, **sums}
         reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

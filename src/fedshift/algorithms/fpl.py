@@ -250,7 +250,11 @@ class FPL(Algorithm):
             return loss + proto_loss, {"prototype_loss": proto_loss}
 
         sums, seen = fit(
-            make_optimizer(model.parameters(), cfg), cfg.local_epochs, epoch_batches, step_loss
+            make_optimizer(model.parameters(), cfg),
+            cfg.local_epochs,
+            epoch_batches,
+            step_loss,
+            terms=("prototype_loss",),
         )
         if self.hp.prototype_pass == "eval" or not class_counts:
             protos, _ = class_prototypes(model, ctx.train, device)
@@ -258,7 +262,5 @@ class FPL(Algorithm):
             protos = class_means(feature_sums, class_counts)
         reply = model_record(model)
         reply.arrays.update(prototype_arrays(protos))
-        # a client without a batch to train on still reports zero losses
-        sums = {"loss": 0.0, "prototype_loss": 0.0, **sums}
         reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply

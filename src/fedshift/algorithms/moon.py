@@ -166,10 +166,9 @@ class Moon(Algorithm):
             cfg.local_epochs,
             lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
             step_loss,
+            terms=("contrastive",),
         )
         ctx.state["previous_model"] = state_dict_cpu(model)
         reply = Record().with_arrays("model", state_dict_cpu(model))
-        # a client without a batch to train on still reports zero losses
-        sums = {"loss": 0.0, "contrastive": 0.0, **sums}
         reply.metrics.update(local_metrics(ctx, seen, **sums))
         return reply
