@@ -4,7 +4,9 @@
 # FACT-NF, FACT, plus the ablation FACT-NF without its target step (algo.adapt_target=false).
 # Resumable: re-running continues an interrupted sweep and skips finished runs.
 #   bash benchmarks/uda_table.sh [OUT_DIR] [ROUNDS]
-# ROUNDS defaults to 30 (the README table). FACT's official schedule is 1000 rounds x 1 epoch
+# ROUNDS defaults to 30 (the README table). DEVICE=cuda runs on a GPU (default auto). FACT and
+# FACT-NF use their default model fact-cnn (the official split, 25.7 M parameters: ~21-28 min
+# per run on one CPU core). FACT's official schedule is 1000 rounds x 1 epoch
 # on Digit-Five. FACT/FACT-NF use their own lr 0.005 and batch 128 (algo.lr,
 # algo.batch_size); FedAvg, centralized and FADA use the run's lr 0.01 and batch 64.
 # One torch thread per run (bit-identical results need the same thread count); on the 2-core
@@ -14,7 +16,8 @@ set -euo pipefail
 out=${1:-runs/uda}; rounds=${2:-30}
 seeds=${SEEDS:-0,1,2}; targets=${TARGETS:-mnistm,mnist,syn,optdigits}
 rows=fedavg,centralized,fada,fact-nf,fact
-common=(-d digits-dg --protocol msst --rounds "$rounds" --set threads=1 --quiet)
+common=(-d digits-dg --protocol msst --rounds "$rounds" --set threads=1
+  --set device="${DEVICE:-auto}" --quiet)
 fedshift sweep -a "$rows" -t "$targets" --seeds "$seeds" "${common[@]}" --out "$out"
 fedshift sweep -a fact-nf -t "$targets" --seeds "${ABLATION_SEEDS:-0}" "${common[@]}" \
   --set algo.adapt_target=false --out "$out-no-target-step"
