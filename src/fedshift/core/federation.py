@@ -8,8 +8,6 @@ from typing import Any
 
 from fedshift.core.record import Record
 
-FAILURE_POLICIES = ("strict", "dynamic", "resilient")
-
 
 class Federation(ABC):
     """What a server program may do: sample clients and call their tasks.
