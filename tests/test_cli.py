@@ -12,7 +12,10 @@ from fedshift.cli import main
 @pytest.mark.parametrize(
     "argv,expected",
     [
-        (["run", "-a", "fedsgd"], "unknown algorithm 'fedsgd'; choose one of: fedavg"),
+        (
+            ["run", "-a", "fedsgd"],
+            "unknown algorithm 'fedsgd' (did you mean 'fedsr'?); choose one of: fedavg",
+        ),
         (["run", "-d", "nope"], "nope"),
         (["run", "-t", "svhn"], "unknown target domain 'svhn' for digits-dg; choose one of: mn"),
         (["run", "--set", "learning_rate=0.1"], "unknown config key 'learning_rate'"),

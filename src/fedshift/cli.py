@@ -7,9 +7,26 @@ import logging
 import sys
 from pathlib import Path
 
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import (
+    CheckpointError,
+    ConfigError,
+    DatasetError,
+    RoundFailed,
+    RunInterrupted,
+)
 
 EXIT_USAGE = 2
+#: exit status after Ctrl-C (128 + SIGINT), as shells report it
+EXIT_INTERRUPTED = 130
+#: errors a command reports as one line ``fedshift: error: ...`` and exit code 2
+USER_ERRORS = (ConfigError, CheckpointError, DatasetError, RoundFailed, OSError)
+
+
+def fail(message: object) -> int:
+    """Report an error as one line on stderr; the exit code of a usage error."""
+    text = " ".join(str(message).split())
+    print(f"fedshift: error: {text}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -113,8 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedshift.config import resolve
-    from fedshift.core.errors import CheckpointError
+    from fedshift.config import resolve, resolve_resume
     from fedshift.engine.runner import run_experiment
     from fedshift.report.table import format_summary
 
@@ -132,14 +148,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "device": args.device,
     }
+    if args.sources is not None and not _csv(args.sources):
+        return fail(
+            f"--sources {args.sources!r} names no domain; give comma-separated source domains "
+            "or leave --sources out for every domain but the target"
+        )
     try:
-        cfg = resolve(args.config, flags, args.set)
+        if args.resume and args.out:
+            cfg = resolve_resume(args.out, args.config, flags, args.set)
+        else:
+            cfg = resolve(args.config, flags, args.set)
         summary, out_dir = run_experiment(
             cfg, args.out, resume=args.resume, progress=not args.quiet
         )
-    except (ConfigError, CheckpointError) as exc:
-        print(f"fedshift: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except RunInterrupted as stop:
+        how = "continue it with" if stop.checkpointed else "nothing was saved; start it again with"
+        print(
+            f"fedshift: interrupted; {how}: fedshift run --out {stop.run_dir} --resume",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except USER_ERRORS as exc:
+        return fail(exc)
     print(format_summary(summary))
     print(f"run directory: {out_dir}")
     return 0
@@ -150,7 +180,6 @@ def _csv(text: str) -> list[str]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedshift.core.errors import CheckpointError
     from fedshift.engine.sweep import sweep
     from fedshift.report.aggregate import markdown, table
 
@@ -172,9 +201,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             sets=args.set,
             progress=not args.quiet,
         )
-    except (ConfigError, CheckpointError) as exc:
-        print(f"fedshift: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except RunInterrupted as stop:
+        print(
+            f"fedshift: interrupted in {stop.run_dir}; run the same sweep again to continue it",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except USER_ERRORS as exc:
+        return fail(exc)
     print(markdown(*table(summaries, rows=algorithms)))
     return 0
 
@@ -182,14 +216,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from fedshift.report.aggregate import csv_text, find_summaries, markdown, plot_curves, table
 
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        return fail(f"--plot {args.plot}: folder {Path(args.plot).parent} does not exist")
     try:
         summaries = find_summaries(args.paths)
     except FileNotFoundError as exc:
-        print(f"fedshift: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(exc)
     if not summaries:
-        print(f"fedshift: error: no summary.json under {', '.join(args.paths)}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(f"no summary.json under {', '.join(args.paths)}")
+    metrics = sorted(
+        {k for s in summaries for k, v in s.items() if isinstance(v, int | float)}
+        - {"seed", "rounds"}
+    )
+    if args.metric not in metrics:
+        from fedshift.core.errors import did_you_mean
+
+        return fail(
+            f"unknown --metric {args.metric!r}{did_you_mean(args.metric, metrics)}; "
+            f"the summaries have: {', '.join(metrics)}"
+        )
     header, body = table(summaries, args.metric, _csv(args.rows) if args.rows else None)
     print(markdown(header, body) if args.format == "md" else csv_text(header, body))
     if args.plot:
@@ -229,35 +274,30 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from fedshift.core.errors import DatasetError
     from fedshift.data import load_dataset
     from fedshift.data.preview import save_sample_grid
 
     try:
         dataset = load_dataset(args.name)
-    except DatasetError as exc:
-        print(f"fedshift: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    path = save_sample_grid(dataset, Path(args.out), per_domain=args.per_domain)
+        path = save_sample_grid(dataset, Path(args.out), per_domain=args.per_domain)
+    except USER_ERRORS as exc:
+        return fail(exc)
     print(f"wrote {path}")
     return 0
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedshift.core.errors import CheckpointError
     from fedshift.report.tsne import plot_tsne
 
     try:
         path = plot_tsne(args.run_dir, args.out, per_client=args.per_client)
-    except (ConfigError, CheckpointError) as exc:
-        print(f"fedshift: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except USER_ERRORS as exc:
+        return fail(exc)
     print(f"wrote {path}")
     return 0
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from fedshift.core.errors import DatasetError
     from fedshift.data import load_dataset
     from fedshift.engine.assembly import resolve_device
     from fedshift.pretrain import pretrain
@@ -275,9 +315,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
             seed=args.seed,
             device=resolve_device(args.device),
         )
-    except (ConfigError, DatasetError, ValueError) as exc:
-        print(f"fedshift: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (*USER_ERRORS, ValueError) as exc:
+        return fail(exc)
     print(
         f"wrote {args.out} ({meta['model']} pretrained on {meta['dataset']}/{meta['domain']}, "
         f"validation accuracy {meta['val_accuracy']:.3f}); use it with "
@@ -302,7 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         "plot": cmd_plot,
         "pretrain": cmd_pretrain,
     }
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except KeyboardInterrupt:
+        print("fedshift: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -8,13 +8,14 @@ registries (which algorithm, which protocols and problems it supports, its hyper
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from fedshift.algorithms import REGISTRY
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import CheckpointError, ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
 from fedshift.core.runconfig import (
@@ -27,6 +28,7 @@ from fedshift.core.runconfig import (
     coerce,
     field_type,
 )
+from fedshift.core.state import has_checkpoint, load_checkpoint
 from fedshift.models.registry import SEGMENTATION_MODELS
 
 log = logging.getLogger(__name__)
@@ -52,9 +54,15 @@ def apply_settings(cfg: RunConfig, settings: dict[str, Any]) -> None:
         key = renamed(key)
         if key in RUN_KEYS:
             setattr(cfg, key, coerce(value, field_type(RunConfig, key), key))
+        elif isinstance(value, dict):
+            raise ConfigError(
+                f"unknown table [{key}] in the config file{did_you_mean(key, ['algo'])}; "
+                "the only table is [algo] (the algorithm's hyperparameters)"
+            )
         else:
             raise ConfigError(
-                f"unknown config key {key!r}; valid: {', '.join(RUN_KEYS)}, algo.<hyperparameter>"
+                f"unknown config key {key!r}{did_you_mean(key, RUN_KEYS)}; "
+                f"valid: {', '.join(RUN_KEYS)}, algo.<hyperparameter>"
             )
 
 
@@ -139,6 +147,74 @@ def resolve(file: str | None, flags: dict[str, Any], sets: list[str]) -> RunConf
     apply_settings(cfg, {k: v for k, v in settings.items() if k.startswith("algo.")})
     cfg.algo = dataclasses.asdict(make_hparams(cfg))
     return cfg
+
+
+#: run keys a resumed run may change: where it runs, and more rounds (extends the run)
+RESUME_MAY_CHANGE = ("device", "threads", "rounds")
+
+
+def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
+    """The config a run directory was started with: its ``config.json``, else its checkpoint's."""
+    run_dir = Path(run_dir)
+    try:
+        saved = json.loads((run_dir / "config.json").read_text())
+        if isinstance(saved, dict):
+            return saved
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    if not has_checkpoint(run_dir):
+        raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")
+    return dict(load_checkpoint(run_dir / "checkpoint.pt")["config"])
+
+
+def resolve_resume(
+    run_dir: str | Path, file: str | None, flags: dict[str, Any], sets: list[str]
+) -> RunConfig:
+    """The config of the run in ``run_dir``, so ``--resume`` needs no repeated flags.
+
+    Settings given anyway (file, flags, ``--set``) must agree with the saved ones, except
+    ``device``, ``threads`` and a larger ``rounds`` (which extends a finished run); a
+    contradiction is a ConfigError naming the key.
+    """
+    saved = saved_run_config(run_dir)
+    cfg = RunConfig()
+    apply_settings(cfg, {k: v for k, v in saved.items() if k not in ("run_info", "algo")})
+    cfg.algo = dict(saved.get("algo") or {})
+    settings: dict[str, Any] = {}
+    if file:
+        settings.update(read_toml(file))
+    settings.update({k: v for k, v in flags.items() if v is not None})
+    settings.update(parse_set(sets))
+    settings = {renamed(k): v for k, v in settings.items()}
+    given = RunConfig(algorithm=cfg.algorithm, algo=dict(cfg.algo))
+    apply_settings(given, {k: v for k, v in settings.items() if not k.startswith("algo.")})
+    check_unchanged(run_dir, cfg, given, [k for k in settings if not k.startswith("algo.")])
+    apply_settings(given, {k: v for k, v in settings.items() if k.startswith("algo.")})
+    check_unchanged(run_dir, cfg, given, [k for k in settings if k.startswith("algo.")])
+    for key in RESUME_MAY_CHANGE:
+        if key in settings:
+            setattr(cfg, key, getattr(given, key))
+    validate(cfg)
+    cfg.algo = dataclasses.asdict(make_hparams(cfg))
+    return cfg
+
+
+def check_unchanged(run_dir: str | Path, saved: RunConfig, given: RunConfig, keys) -> None:
+    """Refuse a resume setting that contradicts the saved run (see :func:`resolve_resume`)."""
+    for name in keys:
+        if name.startswith("algo."):
+            before, after = saved.algo.get(name[5:]), given.algo.get(name[5:])
+        else:
+            before, after = getattr(saved, name), getattr(given, name)
+        if before == after or name in ("device", "threads"):
+            continue
+        if name == "rounds" and after > before:
+            continue
+        verb = "cannot shorten" if name == "rounds" else "cannot change"
+        raise ConfigError(
+            f"{verb} {name} of the run in {run_dir} on --resume (saved {before!r}, given "
+            f"{after!r}); leave it out to continue the run, or start a new run with another --out"
+        )
 
 
 def make_hparams(cfg: RunConfig) -> BaseHparams:

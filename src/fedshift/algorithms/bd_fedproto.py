@@ -14,7 +14,7 @@ from fedshift.algorithms.fedproto import FedProto
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Record
 from fedshift.core.seeding import numpy_generator
 from fedshift.core.state import ServerState
@@ -34,6 +34,7 @@ class BDFedProtoHparams(BaseHparams):
     inference: Literal["own-prototypes", "head"] = "own-prototypes"
 
     def check(self) -> None:
+        check_ranges(self, non_negative=("alpha", "beta", "temperature"))
         if not 0 < self.lambda_min <= self.lambda_init <= self.lambda_max:
             raise ConfigError(
                 "algo.lambda_min, algo.lambda_init and algo.lambda_max must satisfy "

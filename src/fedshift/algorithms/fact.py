@@ -16,7 +16,7 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import mean
 from fedshift.core.state import ServerState
@@ -41,6 +41,7 @@ class FACTHparams(BaseHparams):
     # (the paper's losses), or "probabilities": the softmax outputs the official heads end in
 
     def check(self) -> None:
+        check_ranges(self, non_negative=("lr_decay",))
         if self.lr <= 0:
             raise ConfigError(f"algo.lr must be > 0, got {self.lr}")
         if self.batch_size < 2:

@@ -22,7 +22,7 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed
@@ -44,6 +44,11 @@ class FADAHparams(BaseHparams):
     kmeans_iterations: int = 10  # Lloyd iterations of that k-means
 
     def check(self) -> None:
+        check_ranges(
+            self,
+            non_negative=("adv_weight", "entropy_weight", "mi_weight", "gap_clusters"),
+            at_least_one=("kmeans_iterations",),
+        )
         if self.feature_samples < 2:
             raise ConfigError(f"algo.feature_samples must be >= 2, got {self.feature_samples}")
         if self.hidden < 1:

@@ -23,7 +23,7 @@ from fedshift.core.algorithm import Algorithm, RunInfo, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed, torch_generator
@@ -45,6 +45,7 @@ class FedADGHparams(BaseHparams):
     # False keeps one D per client in its state, never sent (the official code)
 
     def check(self) -> None:
+        check_ranges(self, positive=("label_value",))
         if not 0.0 <= self.ce_weight <= 1.0:
             raise ConfigError(f"algo.ce_weight must be in [0, 1], got {self.ce_weight}")
         for key in ("noise_dim", "rp_dim", "generator_hidden", "discriminator_hidden"):

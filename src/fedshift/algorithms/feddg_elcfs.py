@@ -20,7 +20,7 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 from fedshift.eval.segmentation import boundary_regions, mask_batches, soft_dice_loss
@@ -41,6 +41,13 @@ class FedDGELCFSHparams(BaseHparams):
     partners: int = 0
     second_order: bool = True  # differentiate through θ' (paper); False: official first-order
     background_ring: int = 5  # dilation steps of the background ring around a mask (official)
+
+    def check(self) -> None:
+        check_ranges(
+            self,
+            positive=("meta_step", "inner_grad_clip", "temperature"),
+            non_negative=("window_half_width", "boundary_weight", "partners", "background_ring"),
+        )
 
 
 def amplitude_window(images: torch.Tensor, half_width: int) -> torch.Tensor:

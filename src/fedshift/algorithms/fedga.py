@@ -20,7 +20,7 @@ from fedshift.core.algorithm import client_task
 from fedshift.core.context import ClientContext, SplitView
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.state import ServerState
@@ -40,6 +40,7 @@ class FedGAHparams(BaseHparams):
     # G_k = acc(θ_k) − acc(θ) on the validation split (the official scripts' default)
 
     def check(self) -> None:
+        check_ranges(self, non_negative=("mu",))
         if not 0.0 < self.step < 1.0:
             raise ConfigError(f"algo.step (d) must be in (0, 1), got {self.step}")
 

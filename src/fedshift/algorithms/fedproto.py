@@ -29,7 +29,7 @@ from fedshift.algorithms._prototypes import (
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 from fedshift.eval.metrics import accuracy
@@ -44,6 +44,9 @@ class FedProtoHparams(BaseHparams):
     # "own-prototypes": nearest C̄(c) among the client's own classes (official code);
     # "all-prototypes": among every global prototype (eq. 5); "head": the classifier
     inference: Inference = "own-prototypes"
+
+    def check(self) -> None:
+        check_ranges(self, non_negative=("proto_weight",))
 
 
 class FedProto(Algorithm):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fedshift.algorithms._common import proximal_penalty
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.core.context import ClientContext
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Record
 
 
@@ -15,6 +15,9 @@ from fedshift.core.record import Record
 class FedProxHparams(BaseHparams):
     # μ, proximal weight; the paper tunes it in {0.001, 0.01, 0.1, 0.5, 1}; FPL/CCST use 0.01
     mu: float = 0.01
+
+    def check(self) -> None:
+        check_ranges(self, non_negative=("mu",))
 
 
 class FedProx(FedAvg):

@@ -22,7 +22,7 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.state import ServerState
@@ -44,6 +44,7 @@ class FedSRHparams(BaseHparams):
     share_reference: bool = False  # also average r_μ, r_σ on the server (sent as prototypes)
 
     def check(self) -> None:
+        check_ranges(self, non_negative=("alpha_l2r", "alpha_cmi"))
         if self.z_dim < 0:
             raise ConfigError(
                 f"algo.z_dim must be >= 0 (0: the backbone's embed_dim); got {self.z_dim}"

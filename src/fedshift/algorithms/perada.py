@@ -20,7 +20,7 @@ from fedshift.core.algorithm import Algorithm, RunInfo, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import mean
 from fedshift.core.seeding import derive_seed, torch_generator
@@ -52,6 +52,12 @@ class PerAdaHparams(BaseHparams):
     kd_eval_every: int = 50  # KD steps between candidates scored by the clients (official 1)
 
     def check(self) -> None:
+        check_ranges(
+            self,
+            positive=("temperature", "kd_lr"),
+            non_negative=("lam", "kd_rounds"),
+            at_least_one=("kd_steps", "kd_batch_size"),
+        )
         if self.kd_eval_every < 1:
             raise ConfigError(f"algo.kd_eval_every must be at least 1; got {self.kd_eval_every}")
 

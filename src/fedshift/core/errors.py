@@ -7,6 +7,10 @@ the layers above.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message names the valid choices."""
@@ -22,3 +26,28 @@ class CheckpointError(RuntimeError):
 
 class RoundFailed(RuntimeError):
     """Too few clients replied for the failure policy."""
+
+
+class StorageError(OSError):
+    """A run file could not be written (a full disk, a read-only folder); names the file."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run; carries the run directory so the user can be told how to resume."""
+
+    def __init__(self, run_dir: str | Path, checkpointed: bool):
+        super().__init__(str(run_dir))
+        self.run_dir = Path(run_dir)
+        self.checkpointed = checkpointed
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to ``word`` (``-`` read as ``_``), or
+    ``""`` when none is close: the hint of every "unknown key / name" message."""
+    choices = list(choices)
+    normal = str(word).strip().replace("-", "_")
+    by_normal = {c.replace("-", "_"): c for c in choices}
+    if normal in by_normal:
+        return f" (did you mean {by_normal[normal]!r}?)"
+    close = difflib.get_close_matches(normal, list(by_normal), n=1, cutoff=0.6)
+    return f" (did you mean {by_normal[close[0]]!r}?)" if close else ""

@@ -10,11 +10,12 @@ builds one, so every bad value is a :class:`ConfigError` and never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.runconfig import coerce, field_type
 
 
@@ -26,8 +27,11 @@ class BaseHparams:
 
     def __post_init__(self) -> None:
         for name, kind in hparam_types(type(self)).items():
+            value = getattr(self, name)
             if typing.get_origin(kind) is Literal:
-                coerce(getattr(self, name), kind, f"algo.{name}")
+                coerce(value, kind, f"algo.{name}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"algo.{name} must be a finite number, got {value}")
         self.check()
 
     def check(self) -> None:
@@ -49,10 +53,35 @@ def coerce_hparam(cls: type, name: str, value: Any, algorithm: str) -> Any:
     types_ = hparam_types(cls)
     if name not in types_:
         valid = ", ".join(f"algo.{n}" for n in types_) or "(none)"
+        hint = did_you_mean(name, types_).replace("'", "'algo.", 1)
         raise ConfigError(
-            f"unknown hyperparameter 'algo.{name}' for algorithm {algorithm!r}; valid: {valid}"
+            f"unknown hyperparameter 'algo.{name}' for algorithm {algorithm!r}{hint}; "
+            f"valid: {valid}"
         )
     return coerce(value, types_[name], f"algo.{name}")
+
+
+def check_ranges(
+    hparams: BaseHparams,
+    *,
+    positive: tuple[str, ...] = (),
+    non_negative: tuple[str, ...] = (),
+    unit: tuple[str, ...] = (),
+    at_least_one: tuple[str, ...] = (),
+) -> None:
+    """Range checks of :meth:`BaseHparams.check` by field name: ``> 0``, ``>= 0``, in
+    ``[0, 1]`` (probabilities, mixing weights) and ``>= 1`` (counts, sizes)."""
+    rules = (
+        (positive, lambda v: v > 0, "> 0"),
+        (non_negative, lambda v: v >= 0, ">= 0"),
+        (unit, lambda v: 0 <= v <= 1, "in [0, 1]"),
+        (at_least_one, lambda v: v >= 1, ">= 1"),
+    )
+    for names, holds, text in rules:
+        for name in names:
+            value = getattr(hparams, name)
+            if not holds(value):
+                raise ConfigError(f"algo.{name} must be {text}, got {value}")
 
 
 def make_hparams(cls: type, values: Mapping[str, Any], algorithm: str = "") -> BaseHparams:

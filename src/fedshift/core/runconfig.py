@@ -7,12 +7,13 @@ live one layer up, in :mod:`fedshift.config`; everything here needs nothing but 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import ConfigError, did_you_mean
 
 #: learning problems: what a model predicts (``RunConfig.problem``)
 Problem = Literal["classification", "segmentation"]
@@ -129,7 +130,10 @@ def check_choice(key: str, value: str, choices: typing.Iterable[str]) -> None:
     """Raise ConfigError naming the choices unless ``value`` is one of them."""
     choices = tuple(choices)
     if value not in choices:
-        raise ConfigError(f"unknown {key} {value!r}; choose one of: {', '.join(choices)}")
+        raise ConfigError(
+            f"unknown {key} {value!r}{did_you_mean(value, choices)}; "
+            f"choose one of: {', '.join(choices)}"
+        )
 
 
 def check_run_values(cfg: RunConfig) -> None:
@@ -140,6 +144,10 @@ def check_run_values(cfg: RunConfig) -> None:
     check_choice("device", cfg.device, DEVICES)
     check_choice("failure_policy", cfg.failure_policy, FAILURE_POLICIES)
     check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
+    for item in dataclasses.fields(cfg):
+        value = getattr(cfg, item.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{item.name} must be a finite number, got {value}")
     for key in (
         "rounds",
         "local_epochs",
@@ -156,6 +164,11 @@ def check_run_values(cfg: RunConfig) -> None:
         raise ConfigError(f"client_data_fraction must be in (0, 1], got {cfg.client_data_fraction}")
     if cfg.lr <= 0:
         raise ConfigError(f"lr must be > 0, got {cfg.lr}")
+    if cfg.momentum < 0 or cfg.weight_decay < 0:
+        raise ConfigError(
+            f"momentum and weight_decay must be >= 0, got momentum={cfg.momentum}, "
+            f"weight_decay={cfg.weight_decay}"
+        )
     if cfg.ways < 1 or cfg.shots < 1 or cfg.stdev < 0:
         raise ConfigError(
             f"ways and shots must be >= 1 and stdev >= 0, got ways={cfg.ways}, "
@@ -168,6 +181,11 @@ def check_run_values(cfg: RunConfig) -> None:
 def listed_domains(text: str, names: list[str], dataset: str, noun: str = "domain") -> list[str]:
     """Parse a comma-separated domain list (``--sources``) against the dataset's domains."""
     domains = [part.strip() for part in text.split(",") if part.strip()]
+    if not domains:
+        raise ConfigError(
+            f"sources {text!r} names no domain; give comma-separated domains of {dataset} "
+            f"({', '.join(names)}) or leave it out for every domain but the target"
+        )
     unknown = [d for d in domains if d not in names]
     if unknown:
         raise ConfigError(

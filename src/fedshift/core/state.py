@@ -1,16 +1,32 @@
-"""Server state and atomic, pickle-free checkpoints."""
+"""Server state and the files a run writes: atomic, pickle-free, hash-checked checkpoints.
+
+Every file goes to a temp file in the same folder, is fsynced and renamed over its name, so
+a kill leaves either the old or the new file, never half of one (a kill mid-write leaves a
+``<name>.<random>.tmp`` that the next start in that run directory removes). A checkpoint
+starts with a one-line header holding the sha256 of the ``torch.save`` payload after it:
+any changed byte is detected on loading. The previous checkpoint is kept beside the latest
+(``checkpoint.prev.pt``), and a corrupt latest one falls back to it with a warning. A write
+that fails (a full disk, a read-only folder) raises :class:`StorageError` naming the file.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import logging
 import os
+import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fedshift.core.errors import CheckpointError
+from fedshift.core.errors import CheckpointError, StorageError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,39 +52,201 @@ class ServerState:
 
 #: format tag of every file :func:`load_checkpoint` accepts
 CHECKPOINT_FORMAT = "fedshift-checkpoint-v1"
+#: first bytes of a hash-checked checkpoint: ``MAGIC + <64 hex digits of sha256> + b"\n"``
+MAGIC = b"FEDSHIFT-CKPT sha256="
+HEADER_SIZE = len(MAGIC) + 64 + 1
+#: what a plain ``torch.save`` file (a zip archive) starts with: an older, unhashed checkpoint
+ZIP_MAGIC = b"PK\x03\x04"
+#: temp files of :func:`write_atomically` (``<name>.<mkstemp's random part>.tmp``)
+TEMP_FILE = re.compile(r"^.+\.[A-Za-z0-9_]+\.tmp$")
+
+#: files this process wrote or verified: path -> (size, mtime_ns) when it was known good
+_known_good: dict[Path, tuple[int, int]] = {}
+
+
+def previous_path(path: str | os.PathLike) -> Path:
+    """Where the checkpoint before ``path`` is kept: ``checkpoint.pt`` -> ``checkpoint.prev.pt``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomically(
+    path: str | os.PathLike, chunks: Sequence[bytes | memoryview], *, keep_previous: bool = False
+) -> None:
+    """Write ``chunks`` to ``path`` through a temp file, fsync and rename.
+
+    ``keep_previous`` first links the current file (when it is a good checkpoint) to
+    :func:`previous_path`, so at every moment ``path`` exists. Any failure removes the temp
+    file and raises :class:`StorageError` naming ``path`` and the reason.
+    """
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk).cast("B")
+                while view:
+                    view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if keep_previous and path.is_file() and _is_good_checkpoint(path):
+            _link_over(path, previous_path(path))
+        os.replace(tmp, path)
+        tmp = None
+        _fsync_folder(path.parent)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StorageError(f"cannot write {path}: {reason}") from exc
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _link_over(source: Path, target: Path) -> None:
+    """Make ``target`` another name of ``source`` (a copy where hard links are refused)."""
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        os.unlink(tmp)
+        try:
+            os.link(source, tmp)
+        except OSError:  # a file system without hard links
+            with open(source, "rb") as src, open(tmp, "wb") as dst:
+                while block := src.read(1 << 20):
+                    dst.write(block)
+                dst.flush()
+                os.fsync(dst.fileno())
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """Replace a text file (``config.json``, ``summary.json``) in one step."""
+    write_atomically(path, [text.encode()])
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save`` to a temp file in the same folder, fsync, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    """A plain ``torch.save`` file (weights others load with ``torch.load``), written atomically."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomically(path, [buffer.getbuffer()])
+
+
+def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
+    """Save ``obj`` with its sha256 in front, keeping the previous checkpoint beside it."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    payload = buffer.getbuffer()
+    header = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
+    write_atomically(path, [header, payload], keep_previous=True)
+    _remember_good(Path(path))
+
+
+def _remember_good(path: Path) -> None:
+    stat = path.stat()
+    _known_good[path.resolve()] = (stat.st_size, stat.st_mtime_ns)
+
+
+def _is_good_checkpoint(path: Path) -> bool:
+    """Whether ``path`` holds an intact checkpoint (so it may become the previous one)."""
+    stat = path.stat()
+    if _known_good.get(path.resolve()) == (stat.st_size, stat.st_mtime_ns):
+        return True
     try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        _verified_payload(path)
+    except CheckpointError:
+        return False
+    return True
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a checkpoint written by :func:`atomic_save` without unpickling arbitrary objects."""
-    path = Path(path)
+def _verified_payload(path: Path) -> bytes:
+    """The payload of a checkpoint file after checking its hash (or an older unhashed file)."""
+    data = path.read_bytes()
+    if data.startswith(ZIP_MAGIC):
+        return data  # written before checkpoints carried a hash: nothing to check
+    header, payload = data[:HEADER_SIZE], data[HEADER_SIZE:]
+    if not header.startswith(MAGIC) or not header.endswith(b"\n"):
+        raise CheckpointError(f"checkpoint {path} is corrupt or not a fedshift checkpoint")
+    stored = header[len(MAGIC) : -1].decode("ascii", "replace")
+    actual = hashlib.sha256(payload).hexdigest()
+    if stored != actual:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt or not a fedshift checkpoint "
+            f"(sha256 {actual[:12]}... differs from the stored {stored[:12]}...)"
+        )
+    return payload
+
+
+def _load_one(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(
             f"no checkpoint at {path}; start without --resume or give the run dir"
         )
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        payload = _verified_payload(path)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror}") from exc
+    try:
+        data = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for truncated/garbage files
         raise CheckpointError(
             f"checkpoint {path} is corrupt or not a fedshift checkpoint ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:120]}); delete it to start over"
+            f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); delete it to start over"
         ) from exc
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a fedshift checkpoint (missing format tag)")
+    _remember_good(path)
     return data
+
+
+def load_checkpoint(path: str | os.PathLike, *, fallback: bool = True) -> dict[str, Any]:
+    """Load a checkpoint without unpickling arbitrary objects, checking its sha256.
+
+    With ``fallback``, a missing or corrupt ``path`` gives the previous checkpoint kept
+    beside it (one warning line saying so) when that one is intact.
+    """
+    path = Path(path)
+    try:
+        return _load_one(path)
+    except CheckpointError as exc:
+        previous = previous_path(path)
+        if not fallback or not previous.is_file():
+            raise
+        try:
+            data = _load_one(previous)
+        except CheckpointError:
+            raise CheckpointError(
+                f"{exc}; the previous checkpoint {previous} is unusable too"
+            ) from None
+        log.warning(
+            "%s; using the previous checkpoint %s (round %s) instead",
+            exc,
+            previous.name,
+            data.get("round"),
+        )
+        return data
+
+
+def has_checkpoint(run_dir: str | os.PathLike, name: str = "checkpoint.pt") -> bool:
+    """Whether ``run_dir`` holds a checkpoint, latest or previous."""
+    path = Path(run_dir) / name
+    return path.is_file() or previous_path(path).is_file()

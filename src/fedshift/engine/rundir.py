@@ -1,28 +1,43 @@
-"""One writer per run directory: an exclusive lock held while a process runs into it.
+"""Run directories: one writer at a time, checked before any work, safe to start again.
 
 Two processes writing the same run directory (two sweeps over the same plan, a ``--resume``
 of a run that is still going) would interleave ``metrics.jsonl`` rows and overwrite each
 other's checkpoints. The writer holds ``flock`` on ``RUN_DIR/.lock`` for the whole run, so a
 second writer fails at once with a clear error and a second sweep skips that run. The lock
 is released by the kernel when its process ends, so a killed run never leaves it stale.
+
+Before the lock is taken, :func:`check_run_dir` refuses a ``--out`` that is a file, sits in
+a place that cannot be written, or holds something other than a fedshift run (so a refused
+folder is left exactly as it was, without a lock file). Under the lock, :func:`settle_run_dir`
+removes temp files a killed writer left and clears a run that stopped before its first
+checkpoint, so it can simply be started again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import CheckpointError, ConfigError
+from fedshift.core.state import TEMP_FILE, has_checkpoint
 
 try:
     import fcntl
 except ImportError:  # not POSIX: runs go unlocked
     fcntl = None
 
+log = logging.getLogger(__name__)
+
 LOCK_NAME = ".lock"
+CHECKPOINT = "checkpoint.pt"
+CONFIG = "config.json"
+SUMMARY = "summary.json"
 
 #: run directories this process holds, with how many nested claims hold each
 _held: dict[Path, int] = {}
@@ -43,8 +58,13 @@ def claim_run_dir(run_dir: Path) -> Iterator[None]:
         finally:
             _held[key] -= 1
         return
-    key.mkdir(parents=True, exist_ok=True)
-    handle = open(key / LOCK_NAME, "a")
+    try:
+        key.mkdir(parents=True, exist_ok=True)
+        handle = open(key / LOCK_NAME, "a")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot use {run_dir} as a run directory: {exc.strerror or exc}"
+        ) from None
     try:
         if fcntl is not None:
             try:
@@ -75,3 +95,89 @@ def clear_run_dir(run_dir: Path) -> None:
             shutil.rmtree(path)
         else:
             os.remove(path)
+
+
+def read_json_file(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None (one warning line) when it is unreadable or
+    half-written; a missing file is None without a warning."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        log.warning("skipping %s: unreadable or half-written (%s)", path, exc)
+        return None
+    if not isinstance(data, dict):
+        log.warning("skipping %s: not a JSON object", path)
+        return None
+    return data
+
+
+def read_summary(path: str | Path) -> dict[str, Any] | None:
+    """A run's ``summary.json`` (the file or its run directory), or None with a warning
+    when it is half-written or lacks the keys every summary has."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SUMMARY
+    summary = read_json_file(path)
+    if summary is None:
+        return None
+    missing = [k for k in ("algorithm", "target", "seed") if k not in summary]
+    if missing:
+        log.warning("skipping %s: not a fedshift summary (no %s)", path, ", ".join(missing))
+        return None
+    return summary
+
+
+def never_checkpointed(run_dir: Path) -> bool:
+    """A fedshift run that stopped before its first checkpoint: its ``config.json`` is
+    there, no checkpoint and no summary. Nothing in it is worth keeping."""
+    return (
+        (run_dir / CONFIG).is_file()
+        and not has_checkpoint(run_dir, CHECKPOINT)
+        and not (run_dir / SUMMARY).exists()
+    )
+
+
+def check_run_dir(run_dir: Path, *, resume: bool) -> None:
+    """Refuse an unusable ``--out`` before any work and without touching it."""
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--out {run_dir} is a file, not a folder; give a folder for the run")
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"--out {run_dir}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {run_dir}: {existing} cannot be written (read-only)")
+    if not run_dir.is_dir():
+        if resume:
+            raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")
+        return
+    contents = run_dir_contents(run_dir)
+    if resume:
+        if not has_checkpoint(run_dir) and not never_checkpointed(run_dir):
+            raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")
+    elif contents and not never_checkpointed(run_dir):
+        raise ConfigError(
+            f"run directory {run_dir} is not empty; use --resume to continue it or another --out"
+        )
+
+
+def settle_run_dir(run_dir: Path, *, resume: bool) -> bool:
+    """Under the run's lock: remove a killed writer's temp files and clear a run that never
+    reached its first checkpoint. Returns whether to resume from a checkpoint."""
+    check_run_dir(run_dir, resume=resume)  # again: another process may have written meanwhile
+    for path in run_dir_contents(run_dir):
+        if path.is_file() and TEMP_FILE.match(path.name):
+            path.unlink()
+    if never_checkpointed(run_dir):
+        log.warning(
+            "run directory %s holds a run that stopped before its first checkpoint; "
+            "starting it again from round 1",
+            run_dir,
+        )
+        clear_run_dir(run_dir)
+        return False
+    return resume and has_checkpoint(run_dir)

@@ -13,14 +13,21 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fedshift.core.errors import CheckpointError, ConfigError
+from fedshift.core.errors import CheckpointError, ConfigError, RunInterrupted
 from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
-from fedshift.core.state import CHECKPOINT_FORMAT, ServerState, atomic_save, load_checkpoint
+from fedshift.core.state import (
+    CHECKPOINT_FORMAT,
+    ServerState,
+    has_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    write_text_atomically,
+)
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import Experiment, prepare
 from fedshift.engine.evaluation import evaluate
 from fedshift.engine.federation import BaseFederation
-from fedshift.engine.rundir import claim_run_dir, run_dir_contents
+from fedshift.engine.rundir import check_run_dir, claim_run_dir, read_json_file, settle_run_dir
 from fedshift.engine.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
 from fedshift.engine.simulation import SimulationFederation
 
@@ -43,10 +50,16 @@ COMPARE_IGNORE = ("device", "threads")
 
 
 def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
-    """Refuse to resume with settings other than the checkpoint's (device, threads aside)."""
+    """Refuse to resume with settings other than the checkpoint's (device, threads aside;
+    more rounds than saved extend the run)."""
     saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     now = cfg.to_dict()
-    diffs = [k for k in now if k not in COMPARE_IGNORE and saved.get(k) != now[k]]
+    extends = isinstance(saved.get("rounds"), int) and now["rounds"] > saved["rounds"]
+    diffs = [
+        k
+        for k in now
+        if k not in COMPARE_IGNORE and saved.get(k) != now[k] and not (k == "rounds" and extends)
+    ]
     if diffs:
         k = diffs[0]
         raise CheckpointError(
@@ -78,7 +91,7 @@ class Runner:
         return self.out / "checkpoint.pt"
 
     def _save(self, round_: int, state: ServerState, history: list[dict], wall: float) -> None:
-        atomic_save(
+        save_checkpoint(
             {
                 "format": CHECKPOINT_FORMAT,
                 "round": round_,
@@ -118,9 +131,11 @@ class Runner:
         self.out.mkdir(parents=True, exist_ok=True)
         if resume:
             start, state, history, wall = self._restore()
+            self._record_rounds(cfg.rounds)
         else:
-            (self.out / "config.json").write_text(
-                json.dumps({**cfg.to_dict(), "run_info": self.exp.info}, indent=2) + "\n"
+            write_text_atomically(
+                self.out / "config.json",
+                json.dumps({**cfg.to_dict(), "run_info": self.exp.info}, indent=2) + "\n",
             )
             start, history, wall = 0, [], 0.0
             fed.begin_round(0)
@@ -162,13 +177,20 @@ class Runner:
                 return {}
         bar.close()
         summary = self.summarize(history, wall)
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_text_atomically(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 
+    def _record_rounds(self, rounds: int) -> None:
+        """A resumed run extended to more rounds: ``config.json`` says so (rest kept)."""
+        path = self.out / "config.json"
+        saved = read_json_file(path)
+        if saved is not None and saved.get("rounds") != rounds:
+            write_text_atomically(path, json.dumps({**saved, "rounds": rounds}, indent=2) + "\n")
+
     def _write_metrics(self, history: list[dict]) -> None:
-        with open(self.out / "metrics.jsonl", "w") as handle:
-            for entry in history:
-                handle.write(json.dumps(entry) + "\n")
+        write_text_atomically(
+            self.out / "metrics.jsonl", "".join(json.dumps(entry) + "\n" for entry in history)
+        )
 
     def _append_metrics(self, entry: dict) -> None:
         with open(self.out / "metrics.jsonl", "a") as handle:
@@ -242,19 +264,17 @@ def run_experiment(
     """
     if resume and out is None:
         raise ConfigError("--resume needs --out RUN_DIR (the run to continue)")
-    exp = prepare(cfg, cache_dir=cache_dir, dataset=dataset)
     if out is None:
         out_dir = unique_dir(Path("runs") / default_run_name(cfg))
     else:
         out_dir = Path(out)
-        if resume and not (out_dir / "checkpoint.pt").exists():
-            raise CheckpointError(f"cannot resume: no checkpoint.pt in {out_dir}")
+    check_run_dir(out_dir, resume=resume)
+    exp = prepare(cfg, cache_dir=cache_dir, dataset=dataset)
     with claim_run_dir(out_dir):
-        if not resume and run_dir_contents(out_dir):
-            raise ConfigError(
-                f"run directory {out_dir} is not empty; "
-                "use --resume to continue it or another --out"
-            )
+        resume = settle_run_dir(out_dir, resume=resume)
         fed = federation(exp) if federation is not None else None
         runner = Runner(exp, out_dir, progress=progress, fed=fed)
-        return runner.run(resume=resume, stop_after=stop_after), out_dir
+        try:
+            return runner.run(resume=resume, stop_after=stop_after), out_dir
+        except KeyboardInterrupt:
+            raise RunInterrupted(out_dir, has_checkpoint(out_dir)) from None

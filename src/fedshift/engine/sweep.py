@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fedshift.config import resolve
-from fedshift.engine.rundir import RunDirectoryBusy, claim_run_dir, clear_run_dir
+from fedshift.core.state import has_checkpoint
+from fedshift.engine.rundir import RunDirectoryBusy, claim_run_dir, clear_run_dir, read_summary
 from fedshift.engine.runner import run_experiment
 
 
@@ -43,16 +43,17 @@ def sweep(
                 plan.append((cfg, out / f"{algorithm}-{target}-s{seed}"))
     summaries = []
     for i, (cfg, run_dir) in enumerate(plan, start=1):
-        done = run_dir / "summary.json"
-        if done.exists():
-            summaries.append(json.loads(done.read_text()))
+        done = read_summary(run_dir) if run_dir.is_dir() else None  # None when half-written
+        if done is not None:
+            summaries.append(done)
             continue
         try:
             with claim_run_dir(run_dir):
-                if done.exists():  # finished by another sweep while this one waited
-                    summaries.append(json.loads(done.read_text()))
+                done = read_summary(run_dir)  # finished by another sweep meanwhile
+                if done is not None:
+                    summaries.append(done)
                     continue
-                resume = (run_dir / "checkpoint.pt").exists()
+                resume = has_checkpoint(run_dir)
                 if not resume:
                     clear_run_dir(run_dir)  # killed before its first checkpoint
                 if progress:

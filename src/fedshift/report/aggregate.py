@@ -10,9 +10,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from fedshift.engine.rundir import read_summary
+
 
 def find_summaries(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Every ``summary.json`` under ``paths`` (a run dir or a folder of run dirs)."""
+    """Every readable ``summary.json`` under ``paths`` (a run dir or a folder of run dirs)."""
     found = []
     for root in paths:
         root = Path(root)
@@ -20,7 +22,9 @@ def find_summaries(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
             raise FileNotFoundError(f"{root} does not exist")
         files = [root] if root.is_file() else sorted(root.rglob("summary.json"))
         for file in files:
-            summary = json.loads(file.read_text())
+            summary = read_summary(file)  # None (with a warning) when half-written
+            if summary is None:
+                continue
             summary["_run_dir"] = str(file.parent)
             found.append(summary)
     return found
