@@ -216,9 +216,9 @@ def test_a_run_that_failed_before_its_first_checkpoint_starts_again(in_tmp, caps
 
 
 def test_a_failed_round_is_one_line(in_tmp, capsys, monkeypatch):
-    interrupt_in_round(monkeypatch, 1, RoundFailed("round 1: 0 of 3 clients replied"))
-    one_line(capsys, 2, ["run", *TINY, "--out", "r"], "round 1: 0 of 3 clients replied")
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        interrupt_in_round(patch, 1, RoundFailed("round 1: 0 of 3 clients replied"))
+        one_line(capsys, 2, ["run", *TINY, "--out", "r"], "round 1: 0 of 3 clients replied")
     assert main(["run", *TINY, "--out", "r"]) == 0  # and the folder can be used again
 
 
