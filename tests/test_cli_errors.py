@@ -58,6 +58,8 @@ CONFIG_CASES = [
         "unknown config key 'local-epochs' (did you mean 'local_epochs'?)",
     ),
     (["run", "--set", "roundz=2"], "(did you mean 'rounds'?)"),
+    (["run", "--set", "learning_rate=0.1"], "'learning_rate' (did you mean 'lr'?)"),
+    (["run", "-a", "FedAvg"], "unknown algorithm 'FedAvg' (did you mean 'fedavg'?)"),
     (["run", "--set", "failure_polcy=strict"], "(did you mean 'failure_policy'?)"),
     (["run", "-a", "fedprx"], "unknown algorithm 'fedprx' (did you mean 'fedprox'?)"),
     (["run", "--protocol", "lodoo"], "unknown protocol 'lodoo' (did you mean 'lodo'?)"),

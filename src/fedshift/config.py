@@ -42,6 +42,20 @@ def renamed(key: str) -> str:
     return key
 
 
+#: names other tools give some run keys: a hint for an unknown key
+COMMON_NAMES = {
+    "learning_rate": "lr",
+    "epochs": "local_epochs",
+    "num_rounds": "rounds",
+    "wd": "weight_decay",
+    "algo": "algorithm",
+    "method": "algorithm",
+    "target_domain": "target",
+    "source_domains": "sources",
+    "num_clients": "clients_per_domain",
+}
+
+
 def apply_settings(cfg: RunConfig, settings: dict[str, Any]) -> None:
     """Apply flat ``key -> value`` settings (``algo.x`` for algorithm hyperparameters)."""
     for key, value in settings.items():
@@ -61,7 +75,7 @@ def apply_settings(cfg: RunConfig, settings: dict[str, Any]) -> None:
             )
         else:
             raise ConfigError(
-                f"unknown config key {key!r}{did_you_mean(key, RUN_KEYS)}; "
+                f"unknown config key {key!r}{did_you_mean(key, RUN_KEYS, COMMON_NAMES)}; "
                 f"valid: {', '.join(RUN_KEYS)}, algo.<hyperparameter>"
             )
 

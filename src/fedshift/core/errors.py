@@ -41,13 +41,22 @@ class RunInterrupted(KeyboardInterrupt):
         self.checkpointed = checkpointed
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the choice closest to ``word`` (``-`` read as ``_``), or
-    ``""`` when none is close: the hint of every "unknown key / name" message."""
-    choices = list(choices)
-    normal = str(word).strip().replace("-", "_")
-    by_normal = {c.replace("-", "_"): c for c in choices}
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to ``word`` (``-`` read as ``_``, case ignored), or None."""
+    by_normal = {c.replace("-", "_").lower(): c for c in choices}
+    normal = str(word).strip().replace("-", "_").lower()
     if normal in by_normal:
-        return f" (did you mean {by_normal[normal]!r}?)"
+        return by_normal[normal]
     close = difflib.get_close_matches(normal, list(by_normal), n=1, cutoff=0.6)
-    return f" (did you mean {by_normal[close[0]]!r}?)" if close else ""
+    return by_normal[close[0]] if close else None
+
+
+def did_you_mean(word: str, choices: Iterable[str], aliases: dict[str, str] | None = None) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to ``word``, or ``""`` when none is
+    close: the hint of every "unknown key / name" message. ``aliases`` maps other common
+    names (``learning_rate``) to a choice (``lr``)."""
+    aliases = aliases or {}
+    match = closest(word, [*choices, *aliases])
+    if match is None:
+        return ""
+    return f" (did you mean {aliases.get(match, match)!r}?)"

@@ -60,6 +60,11 @@ ZIP_MAGIC = b"PK\x03\x04"
 #: temp files of :func:`write_atomically` (``<name>.<mkstemp's random part>.tmp``)
 TEMP_FILE = re.compile(r"^.+\.[A-Za-z0-9_]+\.tmp$")
 
+#: permissions of a new run file: what ``open()`` would give (mkstemp's are owner-only)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK
+
 #: files this process wrote or verified: path -> (size, mtime_ns) when it was known good
 _known_good: dict[Path, tuple[int, int]] = {}
 
@@ -99,6 +104,7 @@ def write_atomically(
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         try:
+            os.fchmod(fd, FILE_MODE)
             for chunk in chunks:
                 view = memoryview(chunk).cast("B")
                 while view:

@@ -85,6 +85,7 @@ class Runner:
         self.progress = progress
         self.fed = fed if fed is not None else SimulationFederation.for_experiment(exp)
         self.fed.server_data = exp.server_data
+        self.progress_bar: tqdm | None = None
 
     @property
     def checkpoint_path(self) -> Path:
@@ -142,7 +143,7 @@ class Runner:
             state = algo.init_state()
             state = algo.setup(state, fed)
         self._write_metrics(history)
-        bar = tqdm(
+        bar = self.progress_bar = tqdm(
             total=cfg.rounds,
             initial=start,
             desc=f"{cfg.algorithm} -> {cfg.target}",
@@ -179,6 +180,11 @@ class Runner:
         summary = self.summarize(history, wall)
         write_text_atomically(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
+
+    def close_progress(self) -> None:
+        """End the progress bar's line, so an error after it is printed on a line of its own."""
+        if self.progress_bar is not None:
+            self.progress_bar.close()
 
     def _record_rounds(self, rounds: int) -> None:
         """A resumed run extended to more rounds: ``config.json`` says so (rest kept)."""
@@ -278,3 +284,5 @@ def run_experiment(
             return runner.run(resume=resume, stop_after=stop_after), out_dir
         except KeyboardInterrupt:
             raise RunInterrupted(out_dir, has_checkpoint(out_dir)) from None
+        finally:
+            runner.close_progress()
