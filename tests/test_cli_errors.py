@@ -261,3 +261,33 @@ def test_corrupt_checkpoint_without_a_previous_one_is_one_line(in_tmp, capsys):
     (run_dir / "config.json").write_text(json.dumps({"algorithm": "fedavg", "rounds": 1}))
     (run_dir / "checkpoint.pt").write_bytes(b"FEDSHIFT-CKPT sha256=" + b"0" * 64 + b"\nxx")
     one_line(capsys, 2, ["run", "--resume", "--out", "broken", "--quiet"], "is corrupt")
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["rnu"], "invalid choice: 'rnu'"),
+        (["list", "algoritms"], "(did you mean 'algorithms'?)"),
+        (["run", "--rounds", "x"], "argument --rounds: invalid int value: 'x'"),
+        (["run", "--bogus"], "unrecognized arguments: --bogus"),
+        (["report", "runs", "--format", "xml"], "argument --format: invalid choice: 'xml'"),
+        (["sweep", "-a", "fedavg"], "the following arguments are required"),
+    ],
+)
+def test_argument_errors_are_one_line(in_tmp, capsys, argv, expected):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert info.value.code == 2 and "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("fedshift: error: ") and expected in lines[0]
+
+
+def test_sweep_errors_are_one_line(in_tmp, capsys):
+    (in_tmp / "notes.txt").write_text("mine")
+    sweep = ["sweep", "-t", "optdigits", "--rounds", "1", "--quiet"]
+    one_line(capsys, 2, [*sweep, "-a", "fedprx", "--out", "sw"], "(did you mean 'fedprox'?)")
+    one_line(capsys, 2, [*sweep, "-a", "fedavg", "--seeds", "0,x", "--out", "sw"], "integers")
+    line = one_line(capsys, 2, [*sweep, "-a", "fedavg", "--out", "notes.txt"], "notes.txt")
+    assert "cannot use" in line
+    assert (in_tmp / "notes.txt").read_text() == "mine"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from fedshift.core.errors import (
     DatasetError,
     RoundFailed,
     RunInterrupted,
+    did_you_mean,
 )
 
 EXIT_USAGE = 2
@@ -33,6 +35,9 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports errors as one line and exit code 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            message += did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
         print(f"fedshift: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
