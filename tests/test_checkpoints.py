@@ -91,6 +91,15 @@ def test_previous_checkpoint_is_kept_and_stands_in_for_a_corrupt_one(tmp_path, c
         load_checkpoint(path)
 
 
+def test_plain_torch_load_still_reads_a_checkpoint(tmp_path):
+    """The hash trails the archive, so a checkpoint stays a file torch.load reads directly."""
+    save_checkpoint(payload(5), tmp_path / "checkpoint.pt")
+    plain = torch.load(tmp_path / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert plain["round"] == 5 and torch.equal(
+        plain["server"]["model"]["w"], payload(5)["server"]["model"]["w"]
+    )
+
+
 def test_an_older_unhashed_checkpoint_still_loads(tmp_path):
     path = tmp_path / "checkpoint.pt"
     torch.save(payload(4), path)

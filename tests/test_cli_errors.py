@@ -259,7 +259,9 @@ def test_corrupt_checkpoint_without_a_previous_one_is_one_line(in_tmp, capsys):
     run_dir = in_tmp / "broken"
     run_dir.mkdir()
     (run_dir / "config.json").write_text(json.dumps({"algorithm": "fedavg", "rounds": 1}))
-    (run_dir / "checkpoint.pt").write_bytes(b"FEDSHIFT-CKPT sha256=" + b"0" * 64 + b"\nxx")
+    (run_dir / "checkpoint.pt").write_bytes(
+        b"PK\x03\x04xx\nFEDSHIFT-CKPT sha256=" + b"0" * 64 + b"\n"
+    )
     one_line(capsys, 2, ["run", "--resume", "--out", "broken", "--quiet"], "is corrupt")
 
 

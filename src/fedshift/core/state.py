@@ -3,10 +3,12 @@
 Every file goes to a temp file in the same folder, is fsynced and renamed over its name, so
 a kill leaves either the old or the new file, never half of one (a kill mid-write leaves a
 ``<name>.<random>.tmp`` that the next start in that run directory removes). A checkpoint
-starts with a one-line header holding the sha256 of the ``torch.save`` payload after it:
-any changed byte is detected on loading. The previous checkpoint is kept beside the latest
-(``checkpoint.prev.pt``), and a corrupt latest one falls back to it with a warning. A write
-that fails (a full disk, a read-only folder) raises :class:`StorageError` naming the file.
+is a ``torch.save`` archive followed by a one-line trailer holding the sha256 of the archive:
+any changed byte is detected on loading, and ``torch.load(weights_only=True)`` still reads
+the file directly (zip readers ignore bytes after the archive). The previous checkpoint is
+kept beside the latest (``checkpoint.prev.pt``), and a corrupt latest one falls back to it
+with a warning. A write that fails (a full disk, a read-only folder) raises
+:class:`StorageError` naming the file.
 """
 
 from __future__ import annotations
@@ -52,11 +54,12 @@ class ServerState:
 
 #: format tag of every file :func:`load_checkpoint` accepts
 CHECKPOINT_FORMAT = "fedshift-checkpoint-v1"
-#: first bytes of a hash-checked checkpoint: ``MAGIC + <64 hex digits of sha256> + b"\n"``
-MAGIC = b"FEDSHIFT-CKPT sha256="
-HEADER_SIZE = len(MAGIC) + 64 + 1
-#: what a plain ``torch.save`` file (a zip archive) starts with: an older, unhashed checkpoint
-ZIP_MAGIC = b"PK\x03\x04"
+#: last bytes of a hash-checked checkpoint: ``MAGIC + <64 hex digits of sha256> + b"\n"``
+MAGIC = b"\nFEDSHIFT-CKPT sha256="
+TRAILER_SIZE = len(MAGIC) + 64 + 1
+#: a plain ``torch.save`` file (an older, unhashed checkpoint) is a zip archive: it starts
+#: with a local file header and ends with the end-of-central-directory record (22 bytes)
+ZIP_START, ZIP_END, ZIP_END_SIZE = b"PK\x03\x04", b"PK\x05\x06", 22
 #: temp files of :func:`write_atomically` (``<name>.<mkstemp's random part>.tmp``)
 TEMP_FILE = re.compile(r"^.+\.[A-Za-z0-9_]+\.tmp$")
 
@@ -158,12 +161,12 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> None:
 
 
 def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
-    """Save ``obj`` with its sha256 in front, keeping the previous checkpoint beside it."""
+    """Save ``obj`` with its sha256 after it, keeping the previous checkpoint beside it."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     payload = buffer.getbuffer()
-    header = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
-    write_atomically(path, [header, payload], keep_previous=True)
+    trailer = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
+    write_atomically(path, [payload, trailer], keep_previous=True)
     _remember_good(Path(path))
 
 
@@ -187,12 +190,12 @@ def _is_good_checkpoint(path: Path) -> bool:
 def _verified_payload(path: Path) -> bytes:
     """The payload of a checkpoint file after checking its hash (or an older unhashed file)."""
     data = path.read_bytes()
-    if data.startswith(ZIP_MAGIC):
-        return data  # written before checkpoints carried a hash: nothing to check
-    header, payload = data[:HEADER_SIZE], data[HEADER_SIZE:]
-    if not header.startswith(MAGIC) or not header.endswith(b"\n"):
+    payload, trailer = data[:-TRAILER_SIZE], data[-TRAILER_SIZE:]
+    if not (trailer.startswith(MAGIC) and trailer.endswith(b"\n")):
+        if data.startswith(ZIP_START) and data[-ZIP_END_SIZE:].startswith(ZIP_END):
+            return data  # written before checkpoints carried a hash: nothing to check
         raise CheckpointError(f"checkpoint {path} is corrupt or not a fedshift checkpoint")
-    stored = header[len(MAGIC) : -1].decode("ascii", "replace")
+    stored = trailer[len(MAGIC) : -1].decode("ascii", "replace")
     actual = hashlib.sha256(payload).hexdigest()
     if stored != actual:
         raise CheckpointError(
