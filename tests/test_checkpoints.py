@@ -117,12 +117,12 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, mon
     path = tmp_path / "summary.json"
     write_text_atomically(path, '{"old": 1}\n')
     save_checkpoint(payload(1), tmp_path / "checkpoint.pt")
-    full_disk(monkeypatch)
-    with pytest.raises(StorageError, match="cannot write .*summary.json: No space left on device"):
-        write_text_atomically(path, '{"new": 2}\n')
-    with pytest.raises(StorageError, match="No space left on device"):
-        save_checkpoint(payload(2), tmp_path / "checkpoint.pt")
-    monkeypatch.undo()
+    with monkeypatch.context() as patch:
+        full_disk(patch)
+        with pytest.raises(StorageError, match="cannot write .*summary.json: No space left"):
+            write_text_atomically(path, '{"new": 2}\n')
+        with pytest.raises(StorageError, match="No space left on device"):
+            save_checkpoint(payload(2), tmp_path / "checkpoint.pt")
     assert path.read_text() == '{"old": 1}\n'
     assert load_checkpoint(tmp_path / "checkpoint.pt", fallback=False)["round"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "summary.json"]

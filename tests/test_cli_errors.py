@@ -36,6 +36,7 @@ def one_line(capsys, code: int, argv: list[str], expected: str, exit_code: int =
 
 #: inputs refused while resolving the config, before any data is touched
 CONFIG_CASES = [
+    (["run", "--resume"], "--resume needs --out RUN_DIR"),
     (["run", "--set", "lr=nan"], "lr must be a finite number, got nan"),
     (["run", "--set", "lr=inf"], "lr must be a finite number, got inf"),
     (["run", "--set", "lr=-0.1"], "lr must be > 0, got -0.1"),
@@ -236,10 +237,26 @@ def test_a_full_disk_is_one_line_and_leaves_no_temp_file(in_tmp, capsys, monkeyp
     def full(fd, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(os, "write", full)
-    line = one_line(capsys, 2, ["run", *TINY, "--out", "r"], "No space left on device")
-    assert "cannot write" in line
+    argv = ["run", *TINY, "--rounds", "2", "--out", "r"]
+    with monkeypatch.context() as patch:  # the disk is full from the start
+        patch.setattr(os, "write", full)
+        line = one_line(capsys, 2, argv, "cannot write r/config.json: No space left on device")
+    assert line.endswith("then run the same command again")
     assert not [p.name for p in (in_tmp / "r").iterdir() if p.name.endswith(".tmp")]
+    original = FedAvg.round
+
+    with monkeypatch.context() as patch:  # the disk fills up during round 2
+
+        def fill_disk_in_round_2(self, state, fed):
+            if fed.round == 2:
+                patch.setattr(os, "write", full)
+            return original(self, state, fed)
+
+        patch.setattr(FedAvg, "round", fill_disk_in_round_2)
+        line = one_line(capsys, 2, argv, "cannot write r/checkpoint.pt: No space left on device")
+    assert line.endswith("then continue with: fedshift run --out r --resume")
+    assert not [p.name for p in (in_tmp / "r").iterdir() if p.name.endswith(".tmp")]
+    assert main(["run", "--out", "r", "--resume", "--quiet"]) == 0  # as the line says
 
 
 def test_resume_with_a_contradicting_flag_names_the_key(in_tmp, capsys):

@@ -14,6 +14,7 @@ from fedshift.core.errors import (
     DatasetError,
     RoundFailed,
     RunInterrupted,
+    StorageError,
     did_you_mean,
 )
 
@@ -173,6 +174,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    except StorageError as exc:
+        from fedshift.core.state import has_checkpoint
+
+        then = (
+            f"continue with: fedshift run --out {exc.path.parent} --resume"
+            if has_checkpoint(exc.path.parent)
+            else "run the same command again"
+        )
+        return fail(f"{exc}; free some space (or fix the folder), then {then}")
     except USER_ERRORS as exc:
         return fail(exc)
     print(format_summary(summary))

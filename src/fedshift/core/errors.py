@@ -31,6 +31,10 @@ class RoundFailed(RuntimeError):
 class StorageError(OSError):
     """A run file could not be written (a full disk, a read-only folder); names the file."""
 
+    def __init__(self, message: str, path: str | Path):
+        super().__init__(message)
+        self.path = Path(path)
+
 
 class RunInterrupted(KeyboardInterrupt):
     """Ctrl-C during a run; carries the run directory so the user can be told how to resume."""

@@ -122,7 +122,7 @@ def write_atomically(
         _fsync_folder(path.parent)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise StorageError(f"cannot write {path}: {reason}") from exc
+        raise StorageError(f"cannot write {path}: {reason}", path) from exc
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
