@@ -84,7 +84,7 @@ def test_record_round_trip_keeps_values_dtypes_and_shapes():
         metrics={"loss": 1.0 / 3.0, "num-examples": 96, "domain": "mnist", "ok": False},
     )
     content = to_recorddict(record, {"task": "train", "round": 2, "call": 0})
-    back = from_recorddict(content)
+    back = from_recorddict(content, with_control=True)
     assert list(back.arrays) == list(arrays)
     for key, tensor in arrays.items():
         assert back.arrays[key].dtype == tensor.dtype, key
@@ -197,22 +197,40 @@ class LocalGrid:
     dying ServerApp). Client-state snapshots go to ``node-state`` next to the run directory.
     """
 
-    def __init__(self, run_config, nodes=3, *, silent=(), corrupt=(), crash_in_round=None):
+    def __init__(
+        self,
+        run_config,
+        nodes=3,
+        *,
+        silent=(),
+        corrupt=(),
+        crash_in_round=None,
+        node_config=None,
+        app=None,
+    ):
         state_dir = str(Path(run_config["out-dir"]).parent / "node-state")  # the nodes' disks
+        node_config = node_config or {}
         self.contexts = {
             100 + i: Context(
                 run_id=1,
                 node_id=100 + i,
-                node_config={"partition-id": i, "num-partitions": nodes, "state-dir": state_dir},
+                node_config={
+                    "partition-id": i,
+                    "num-partitions": nodes,
+                    "state-dir": state_dir,
+                    **node_config.get(i, {}),
+                },
                 state=RecordDict(),
                 run_config=dict(run_config),
             )
             for i in range(nodes)
         }
+        self.app = app or clientapp.app
         self.silent, self.corrupt = set(silent), set(corrupt)
         self.crash_in_round = crash_in_round
         self.ids = itertools.count()
         self.timeouts: list[float | None] = []
+        self.pushed: list[tuple[int, Message]] = []  # messages sent without waiting
 
     def get_node_ids(self):
         return list(self.contexts)
@@ -227,13 +245,20 @@ class LocalGrid:
             node = message.metadata.dst_node_id
             if node in self.silent and message.metadata.message_type == "train":
                 continue
-            reply = clientapp.app(message, self.contexts[node])
+            reply = self.app(message, self.contexts[node])
             if node in self.corrupt and "arrays" in reply.content:
                 for key, array in list(reply.content["arrays"].items()):
                     nan = torch.full(tuple(array.shape), float("nan"))
                     reply.content["arrays"][key] = tensor_to_array(key, nan)
             replies.append(reply)
         return replies
+
+    def push_messages(self, messages):
+        for message in messages:
+            node = message.metadata.dst_node_id
+            self.pushed.append((node, message))
+            self.app(message, self.contexts[node])
+        return [f"p{next(self.ids)}" for _ in messages]
 
 
 @pytest.fixture

@@ -15,12 +15,20 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedshift.engine.flower.messages import CONTROL, EVALUATE, IDENTIFY, IDENTITY, identity_of
+from fedshift.engine.flower.messages import (
+    CONTROL,
+    EVALUATE,
+    IDENTIFY,
+    IDENTITY,
+    REFUSED,
+    identity_of,
+)
 
 if TYPE_CHECKING:  # torch-heavy: imported by the handler only
     from fedshift.engine.flower.node_state import NodeSnapshots
@@ -48,6 +56,11 @@ def handle(message: Message, context: Context) -> Message:
     if task == IDENTIFY:
         identity = ConfigRecord(identity_of(dict(context.node_config)))
         return Message(RecordDict({IDENTITY: identity}), reply_to=message)
+    if task == REFUSED:
+        reason = str(control.get("reason", ""))[:500]
+        # the SuperNode's log: the ClientApp process writes to the SuperNode's stderr
+        print(f"fedshift: the ServerApp refused this SuperNode: {reason}", file=sys.stderr)
+        return Message(RecordDict(), reply_to=message)
     from fedshift.core.record import Record
     from fedshift.engine.evaluation import client_scores
     from fedshift.engine.federation import run_client_task
@@ -75,7 +88,7 @@ def handle(message: Message, context: Context) -> Message:
         exp.algorithm,
         ctx,
         task,
-        from_recorddict(message.content),
+        from_recorddict(message.content, with_control=True),
         seed=exp.cfg.seed,
         round_=round_,
         call_index=int(control["call"]),

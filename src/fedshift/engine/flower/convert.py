@@ -79,15 +79,60 @@ def to_recorddict(record: Record, control: Mapping[str, Any] | None = None) -> R
     return content
 
 
-def from_recorddict(content: RecordDict) -> Record:
-    """The :class:`Record` inside ``content`` (metrics in their original key order)."""
-    metrics = dict(content[METRICS]) if METRICS in content else {}
-    metrics.update(dict(content[METRICS_OTHER]) if METRICS_OTHER in content else {})
-    return Record(
-        arrays=record_to_arrays(content[ARRAYS]) if ARRAYS in content else {},
-        config=dict(content[CONFIG]) if CONFIG in content else {},
-        metrics=metrics,
-    )
+#: the records of a reply and the type each must have (a reply holds exactly these)
+REPLY_RECORDS = {
+    ARRAYS: ArrayRecord,
+    CONFIG: ConfigRecord,
+    METRICS: MetricRecord,
+    METRICS_OTHER: ConfigRecord,
+}
+
+
+def from_recorddict(content: RecordDict, *, with_control: bool = False) -> Record:
+    """The :class:`Record` inside ``content`` (metrics in their original key order).
+
+    ``content`` must hold exactly the records :func:`to_recorddict` writes, each of its
+    type; anything else (a missing or extra record, arrays sent as a config record, an
+    array numpy or torch cannot read, a metric under two names) is a
+    :class:`ConversionError` naming the problem (``with_control``: the engine's
+    instructions may ride along, as in the messages a ClientApp receives). Keys, shapes,
+    dtypes and metric values are checked against what was sent by the federation base,
+    for every engine alike.
+    """
+    if not isinstance(content, RecordDict):
+        raise ConversionError(f"content is {type(content).__name__}, not a RecordDict")
+    names = set(content.keys()) - ({CONTROL} if with_control else set())
+    if names != set(REPLY_RECORDS):
+        missing, extra = set(REPLY_RECORDS) - names, names - set(REPLY_RECORDS)
+        raise ConversionError(
+            "records "
+            + "; ".join(
+                part
+                for part in (
+                    f"missing {sorted(missing)}" if missing else "",
+                    f"unexpected {sorted(extra)}" if extra else "",
+                )
+                if part
+            )
+        )
+    for name, kind in REPLY_RECORDS.items():
+        if not isinstance(content[name], kind):
+            raise ConversionError(
+                f"record {name!r} is a {type(content[name]).__name__}, not a {kind.__name__}"
+            )
+    metrics = dict(content[METRICS])
+    other = dict(content[METRICS_OTHER])
+    both = sorted(set(metrics) & set(other))
+    if both:
+        raise ConversionError(f"metrics {both} appear twice")
+    metrics.update(other)
+    arrays = {}
+    for key, array in content[ARRAYS].items():
+        try:
+            arrays[key] = array_to_tensor(array)
+        except (TypeError, ValueError) as exc:
+            raise ConversionError(f"array {key!r} cannot be read: {exc}") from None
+    return Record(arrays=arrays, config=dict(content[CONFIG]), metrics=metrics)
 
 
 def control_of(content: RecordDict) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from fedshift.engine.flower.messages import (
     IDENTIFY,
     IDENTITY,
     QUERY_MESSAGE_TYPE,
+    REFUSED,
     TASK_MESSAGE_TYPE,
 )
 from fedshift.engine.flower.settings import DeployOptions, node_client_id
@@ -54,7 +55,8 @@ class FlowerFederation(BaseFederation):
         self.connect_timeout = opts.connect_timeout
         self.client_ids = [c.client_id for c in exp.scenario.clients]
         self.nodes: dict[int, int] = {}  # client id -> node id
-        self._asked: set[int] = set()  # node ids that said who they are
+        self._asked: set[int] = set()  # node ids that said who they are (or were refused)
+        self._released: dict[int, int] = {}  # client id -> its node that went offline
         self._connected = False
 
     # -- client discovery ------------------------------------------------------------------
@@ -79,13 +81,22 @@ class FlowerFederation(BaseFederation):
             log.warning("no SuperNode serves clients %s; they count as failed", missing)
 
     def discover(self) -> None:
-        """Forget nodes that went offline and ask new nodes which client they serve."""
+        """Forget nodes that went offline and ask new nodes which client they serve.
+
+        A client is claimed once: while the node holding it is online, a second node naming
+        the same client is refused (logged here, and told so in its own log), as is a node
+        whose identity is not an integer id of this task. A refused node is never asked
+        again in this run. When the holder goes offline (a restarted SuperNode gets a new
+        node id), the next node naming that client takes it over, logged. Nothing a node
+        answers can raise here.
+        """
         online = set(int(n) for n in self.grid.get_node_ids())
+        gone = {c: n for c, n in self.nodes.items() if n not in online}
         self.nodes = {c: n for c, n in self.nodes.items() if n in online}
+        self._released.update(gone)
         new = sorted(online - self._asked)
         if not new:
             return
-        answered: set[int] = set()
         messages = [
             Message(
                 RecordDict({CONTROL: ConfigRecord({"task": IDENTIFY})}),
@@ -96,20 +107,60 @@ class FlowerFederation(BaseFederation):
             for node in new
         ]
         timeout = min(self.round_timeout, IDENTIFY_TIMEOUT)
+        refused: dict[int, str] = {}
         for reply in self.grid.send_and_receive(messages, timeout=timeout):
             node = int(reply.metadata.src_node_id)
-            if reply.has_error() or IDENTITY not in reply.content:
+            if node not in new:
+                continue
+            if reply.has_error():
                 log.warning("node %s did not say which client it serves", node)
                 continue
-            answered.add(node)
+            self._asked.add(node)  # nodes that did not answer are asked again
             try:
-                cid = node_client_id(dict(reply.content[IDENTITY]), self.client_ids)
+                cid = self._claim(node, reply.content)
             except ConfigError as exc:
-                log.warning("node %s: %s", node, exc)
+                refused[node] = str(exc)
+                log.warning("node %s refused: %s", node, exc)
                 continue
-            self.nodes[cid] = node
-            log.info("client %s is served by node %s", cid, node)
-        self._asked.update(answered)  # nodes that did not answer are asked again
+            if cid in self._released:
+                log.warning(
+                    "client %s is now served by node %s (node %s went offline)",
+                    cid,
+                    node,
+                    self._released.pop(cid),
+                )
+            else:
+                log.info("client %s is served by node %s", cid, node)
+        if refused:
+            self._tell_refused(refused)
+
+    def _claim(self, node: int, content: RecordDict) -> int:
+        """The client ``node`` may serve, or a :class:`ConfigError` saying why not."""
+        identity = content[IDENTITY] if IDENTITY in content else None
+        if not isinstance(identity, ConfigRecord):
+            raise ConfigError("its reply holds no identity config record")
+        cid = node_client_id(dict(identity), self.client_ids)
+        holder = self.nodes.get(cid)
+        if holder is not None and holder != node:
+            raise ConfigError(
+                f"client {cid} is already served by node {holder} in this run; "
+                "a second claim is refused"
+            )
+        self.nodes[cid] = node
+        return cid
+
+    def _tell_refused(self, refused: dict[int, str]) -> None:
+        """Send each refused node the reason, for its own log (no reply is awaited)."""
+        messages = [
+            Message(
+                RecordDict({CONTROL: ConfigRecord({"task": REFUSED, "reason": reason})}),
+                dst_node_id=node,
+                message_type=QUERY_MESSAGE_TYPE,
+                group_id=f"refused-{self.round}",
+            )
+            for node, reason in refused.items()
+        ]
+        self.grid.push_messages(messages)
 
     # -- one call -----------------------------------------------------------------------
     def _exchange(
@@ -151,9 +202,12 @@ class FlowerFederation(BaseFederation):
                 error = reply.error
                 problems[cid] = f"error reply (code {error.code}): {error.reason}"
                 continue
+            if int(reply.metadata.src_node_id) != self.nodes.get(cid):
+                problems[cid] = f"reply came from node {reply.metadata.src_node_id}"
+                continue
             try:
                 received[cid] = from_recorddict(reply.content)
-            except (ConversionError, KeyError, TypeError, ValueError) as exc:
+            except ConversionError as exc:
                 problems[cid] = f"unreadable reply: {exc}"
         for cid, _ in messages:
             if cid not in received and cid not in problems:

@@ -13,6 +13,8 @@ from typing import Any
 IDENTIFY = "fedshift.identify"
 #: engine task asking a client to score its personal model where it lives
 EVALUATE = "fedshift.evaluate"
+#: engine notice telling a SuperNode that its identity was refused, and why
+REFUSED = "fedshift.refused"
 #: ConfigRecord of an identity reply
 IDENTITY = "identity"
 #: message type of the algorithm's client tasks and of the engine's identity query

@@ -105,14 +105,24 @@ def load_run_dataset(cfg: RunConfig, opts: DeployOptions, cache_dir: str = "") -
     return first_samples(dataset, opts.max_samples) if opts.max_samples > 0 else dataset
 
 
+def _node_int(node_config: Mapping[str, Any], key: str) -> int:
+    """An integer of the node config; any other type is a :class:`ConfigError`."""
+    value = node_config[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"node config {key}={value!r} is not an integer")
+    return value
+
+
 def node_client_id(node_config: Mapping[str, Any], client_ids: list[int]) -> int:
     """The client a SuperNode serves: ``client-id``, else the ``partition-id``-th client.
 
     ``num-partitions``, when given, must equal the number of clients of the task, so a
     deployment planned for another split fails loudly instead of training the wrong data.
+    Every problem (a missing, non-integer or out-of-range id) is a :class:`ConfigError`
+    with one line, since the values come from another machine.
     """
     if "client-id" in node_config:
-        cid = int(node_config["client-id"])
+        cid = _node_int(node_config, "client-id")
         if cid not in client_ids:
             raise ConfigError(f"node config client-id={cid} is not a client of this task")
         return cid
@@ -121,9 +131,9 @@ def node_client_id(node_config: Mapping[str, Any], client_ids: list[int]) -> int
             "the SuperNode needs --node-config 'partition-id=<i> num-partitions=<n>' "
             "or 'client-id=<id>' to know which client it is"
         )
-    index = int(node_config["partition-id"])
-    total = int(node_config.get("num-partitions", len(client_ids)))
-    if total != len(client_ids):
+    index = _node_int(node_config, "partition-id")
+    total = _node_int(node_config, "num-partitions") if "num-partitions" in node_config else None
+    if total is not None and total != len(client_ids):
         raise ConfigError(
             f"node config num-partitions={total} but the task has {len(client_ids)} clients"
         )

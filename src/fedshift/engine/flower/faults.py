@@ -1,0 +1,126 @@
+"""A ClientApp that tampers with its own replies: node-level fault injection for Flower.
+
+``app`` behaves exactly like :data:`fedshift.engine.flower.clientapp.app` unless the
+SuperNode's node config names a fault, e.g.
+``--node-config "partition-id=2 num-partitions=3 fault='num-examples-negative'"``;
+``fault-round=<r>`` limits it to round ``r`` (identity faults apply to every identity
+reply). Point a test App's ``clientapp`` component at ``fedshift.engine.flower.faults:app``
+to check that a deployment's ServerApp survives a hostile node: every fault in
+:data:`FAULTS` must end as a failed client (or a refused node), never as a crash or a
+changed model. The tampered replies are real Flower messages, serialized over the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from flwr.app import Array, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedshift.engine.flower.clientapp import handle
+from fedshift.engine.flower.messages import CONTROL, IDENTIFY, IDENTITY
+
+ARRAYS, METRICS, METRICS_OTHER = "arrays", "metrics", "metrics-other"
+
+
+def _set_metric(content: RecordDict, key: str, value, *, other: bool = False) -> None:
+    """Put metric ``key`` in the numeric or the other metrics record only."""
+    for name in (METRICS, METRICS_OTHER):
+        if key in content[name]:
+            del content[name][key]
+    content[METRICS_OTHER if other else METRICS][key] = value
+
+
+def _drop_metric(content: RecordDict, key: str) -> None:
+    for name in (METRICS, METRICS_OTHER):
+        if key in content[name]:
+            del content[name][key]
+
+
+def _map_arrays(content: RecordDict, change: Callable[[np.ndarray], np.ndarray]) -> None:
+    arrays = content[ARRAYS]
+    for key in list(arrays.keys()):
+        arrays[key] = Array(np.ascontiguousarray(change(arrays[key].numpy())))
+
+
+def _drop_first_array(content: RecordDict) -> None:
+    del content[ARRAYS][next(iter(content[ARRAYS].keys()))]
+
+
+def _extra_array(content: RecordDict) -> None:
+    content[ARRAYS]["model.injected.weight"] = Array(np.ones(3, dtype=np.float32))
+
+
+def _wrong_shape(content: RecordDict) -> None:
+    key = next(iter(content[ARRAYS].keys()))
+    content[ARRAYS][key] = Array(np.zeros((1, 2, 3), dtype=np.float32))
+
+
+def _arrays_as_config(content: RecordDict) -> None:
+    arrays = content[ARRAYS]
+    content[ARRAYS] = ConfigRecord({k: a.numpy().ravel().tolist() for k, a in arrays.items()})
+
+
+def _no_arrays(content: RecordDict) -> None:
+    del content[ARRAYS]
+
+
+def _nan(values: np.ndarray) -> np.ndarray:
+    return np.full_like(values, np.nan) if values.dtype.kind == "f" else values
+
+
+#: a reply's faults: each changes the (real) reply content in place
+REPLY_FAULTS: dict[str, Callable[[RecordDict], None]] = {
+    "num-examples-missing": lambda c: _drop_metric(c, "num-examples"),
+    "num-examples-negative": lambda c: _set_metric(c, "num-examples", -5),
+    "num-examples-string": lambda c: _set_metric(c, "num-examples", "12", other=True),
+    "num-examples-huge": lambda c: _set_metric(c, "num-examples", 1e308),
+    "samples-string": lambda c: _set_metric(c, "samples", "x", other=True),
+    "model-key-missing": _drop_first_array,
+    "model-key-extra": _extra_array,
+    "no-arrays": _no_arrays,
+    "arrays-as-config": _arrays_as_config,
+    "int8-zeros": lambda c: _map_arrays(c, lambda a: np.zeros(a.shape, dtype=np.int8)),
+    "wrong-shape": _wrong_shape,
+    "nan-weights": lambda c: _map_arrays(c, _nan),
+}
+
+#: identity faults: the node's answer to "which client do you serve?"
+IDENTITY_FAULTS: dict[str, dict] = {
+    "partition-id-string": {"partition-id": "zero"},
+    "partition-id-list": {"partition-id": [0, 1]},
+}
+
+FAULTS = (*REPLY_FAULTS, *IDENTITY_FAULTS)
+
+app = ClientApp()
+
+
+def tampered(message: Message, context: Context) -> Message:
+    """The real ClientApp's reply, changed as the node config's ``fault`` says."""
+    fault = str(context.node_config.get("fault", ""))
+    if fault and fault not in FAULTS:
+        raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+    control = dict(message.content[CONTROL]) if CONTROL in message.content else {}
+    if control.get("task") == IDENTIFY and fault in IDENTITY_FAULTS:
+        identity = {**dict(context.node_config), **IDENTITY_FAULTS[fault]}
+        identity = {k: v for k, v in identity.items() if k in ("partition-id", "num-partitions")}
+        return Message(RecordDict({IDENTITY: ConfigRecord(identity)}), reply_to=message)
+    reply = handle(message, context)
+    only_round = int(context.node_config.get("fault-round", 0))
+    hits_round = not only_round or int(control.get("round", -1)) == only_round
+    if fault in REPLY_FAULTS and hits_round and control.get("call", -1) != -1:
+        if ARRAYS in reply.content and reply.content[ARRAYS]:
+            REPLY_FAULTS[fault](reply.content)
+    return reply
+
+
+@app.train()
+def train(message: Message, context: Context) -> Message:
+    return tampered(message, context)
+
+
+@app.query()
+def query(message: Message, context: Context) -> Message:
+    return tampered(message, context)

@@ -1,0 +1,192 @@
+"""Hostile SuperNodes: tampered replies and false identities never crash the ServerApp.
+
+Every fault of :mod:`fedshift.engine.flower.faults` is sent by one of three nodes. In
+process (the real ServerApp and fault-injecting ClientApp code over a small grid), each
+tampered reply must make that client a failed client with a one-line reason, and leave the
+global model exactly as if the node had not answered at all. On loopback (``flower``
+marker), real SuperNodes send tampered replies and false identities over the wire.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import read_history
+
+pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flower]'")
+
+from flwr.app import ConfigRecord, RecordDict  # noqa: E402
+from test_flower import (  # noqa: E402
+    LocalGrid,
+    run_config,
+)
+
+from fedshift.core.errors import ConfigError  # noqa: E402
+from fedshift.core.record import Record  # noqa: E402
+from fedshift.core.state import load_checkpoint  # noqa: E402
+from fedshift.engine.flower import faults  # noqa: E402
+from fedshift.engine.flower.convert import (  # noqa: E402
+    ConversionError,
+    from_recorddict,
+    to_recorddict,
+)
+from fedshift.engine.flower.serverapp import run_on_grid  # noqa: E402
+from fedshift.engine.flower.settings import node_client_id  # noqa: E402
+
+FAULTY = 2  # the partition of the hostile node
+
+
+def server_model(out) -> dict[str, torch.Tensor]:
+    return load_checkpoint(Path(out) / "checkpoint.pt")["server"]["model"]
+
+
+@pytest.fixture(scope="module")
+def honest_without_node_two(tmp_path_factory, digits_cache):
+    """The reference: the same run where node 2 never answers (a plain failed client)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    rc = run_config(tmp, "silent", digits_cache, rounds=1, failure_policy="resilient")
+    with pytest.MonkeyPatch.context() as patch:
+        _pin_task_identity(patch)
+        summary, out = run_on_grid(LocalGrid(rc, silent={100 + FAULTY}), rc)
+    assert summary["failed_clients"] == 1
+    return server_model(out)
+
+
+@pytest.fixture
+def task_identity(monkeypatch):
+    """Messages are created inside a ServerApp process, whose identity Flower sets."""
+    _pin_task_identity(monkeypatch)
+
+
+def _pin_task_identity(patch) -> None:
+    from flwr.supercore.task_identity import TaskIdentity
+
+    patch.setattr(TaskIdentity, "_run_id", 1)
+    patch.setattr(TaskIdentity, "_node_id", 0)
+    patch.setattr(TaskIdentity, "_task_id", 1)
+
+
+# -- conversion refuses malformed messages ---------------------------------------------------
+
+
+def test_malformed_reply_records_are_conversion_errors():
+    good = to_recorddict(Record(arrays={"model.w": torch.zeros(2)}, metrics={"num-examples": 3}))
+    assert from_recorddict(good).metrics == {"num-examples": 3}
+    for fault in ("no-arrays", "arrays-as-config"):
+        content = to_recorddict(Record(arrays={"model.w": torch.zeros(2)}))
+        faults.REPLY_FAULTS[fault](content)
+        with pytest.raises(ConversionError, match="arrays"):
+            from_recorddict(content)
+    extra = to_recorddict(Record())
+    extra["payload"] = ConfigRecord({"x": 1})
+    with pytest.raises(ConversionError, match="unexpected"):
+        from_recorddict(extra)
+    twice = to_recorddict(Record(metrics={"n": 1}))
+    twice["metrics-other"]["n"] = "1"
+    with pytest.raises(ConversionError, match="twice"):
+        from_recorddict(twice)
+    with pytest.raises(ConversionError, match="missing"):
+        from_recorddict(RecordDict())
+
+
+@pytest.mark.parametrize(
+    "identity, problem",
+    [
+        ({"partition-id": "zero"}, "not an integer"),
+        ({"partition-id": [0, 1]}, "not an integer"),
+        ({"partition-id": True}, "not an integer"),
+        ({"partition-id": 1.0}, "not an integer"),
+        ({"partition-id": 3, "num-partitions": 3}, "outside"),
+        ({"partition-id": -1}, "outside"),
+        ({"partition-id": 0, "num-partitions": "3"}, "not an integer"),
+        ({"client-id": "1"}, "not an integer"),
+        ({"client-id": 7}, "not a client"),
+    ],
+)
+def test_bad_identities_are_config_errors(identity, problem):
+    with pytest.raises(ConfigError, match=problem):
+        node_client_id(identity, [0, 1, 2])
+
+
+# -- the real ServerApp against one hostile node, in process --------------------------------
+
+
+@pytest.mark.parametrize("fault", sorted(faults.REPLY_FAULTS))
+def test_tampered_reply_is_a_failed_client(
+    fault, tmp_path, digits_cache, task_identity, honest_without_node_two, caplog
+):
+    rc = run_config(tmp_path, fault, digits_cache, rounds=1, failure_policy="resilient")
+    grid = LocalGrid(rc, node_config={FAULTY: {"fault": fault}}, app=faults.app)
+    summary, out = run_on_grid(grid, rc)
+    assert summary["failed_clients"] == 1, fault
+    failures = [r.getMessage() for r in caplog.records if "failed task" in r.getMessage()]
+    assert len(failures) == 1 and f"client {FAULTY} failed task" in failures[0], failures
+    assert "\n" not in failures[0]
+    model = server_model(out)
+    for key, reference in honest_without_node_two.items():
+        assert model[key].dtype == reference.dtype, key
+        assert torch.equal(model[key], reference), f"{fault} changed {key}"
+    assert all(math.isfinite(h["train_loss"]) for h in read_history(out))
+
+
+@pytest.mark.parametrize("fault", sorted(faults.IDENTITY_FAULTS))
+def test_false_identity_is_refused_on_server_and_node(
+    fault, tmp_path, digits_cache, task_identity, caplog, capfd
+):
+    rc = run_config(tmp_path, fault, digits_cache, rounds=1, **{"connect-timeout": 0.0})
+    grid = LocalGrid(rc, node_config={FAULTY: {"fault": fault}}, app=faults.app)
+    summary, _ = run_on_grid(grid, rc)
+    assert summary["failed_clients"] == 1  # client 2 has no node; the run goes on
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert any(f"node {100 + FAULTY} refused" in m and "not an integer" in m for m in refusals)
+    assert [node for node, _ in grid.pushed] == [100 + FAULTY]
+    assert "the ServerApp refused this SuperNode" in capfd.readouterr().err
+
+
+def test_second_claim_of_a_client_is_refused(tmp_path, digits_cache, task_identity, caplog):
+    """Node 3 claims partition 1, already served by node 1: refused, never used, and
+    the run equals the honest three-node run."""
+    rc = run_config(tmp_path, "claim", digits_cache, rounds=2)
+    grid = LocalGrid(rc, nodes=4, node_config={3: {"partition-id": 1}})
+    for context in grid.contexts.values():
+        context.node_config["num-partitions"] = 3
+    summary, out = run_on_grid(grid, rc)
+    assert summary["failed_clients"] == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("node 103 refused" in m and "already served by node 101" in m for m in messages)
+    assert [node for node, _ in grid.pushed] == [103]
+    trained = {n for n, c in grid.contexts.items() if "fedshift.state.tree" in c.state}
+    assert 103 not in trained
+    honest = LocalGrid(rc)
+    _, reference = run_on_grid(honest, {**rc, "out-dir": str(tmp_path / "honest")})
+    for key, value in server_model(reference).items():
+        assert torch.equal(server_model(out)[key], value), key
+
+
+class RestartingGrid(LocalGrid):
+    """Node 101 goes offline after round 1 and node 103 (same partition) comes online."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lookups = 0
+
+    def get_node_ids(self):
+        self.lookups += 1
+        return [100, 101, 102] if self.lookups == 1 else [100, 102, 103]
+
+
+def test_restarted_node_takes_over_after_the_holder_went_offline(
+    tmp_path, digits_cache, task_identity, caplog
+):
+    rc = run_config(tmp_path, "restart", digits_cache, rounds=2)
+    grid = RestartingGrid(rc, nodes=4, node_config={3: {"partition-id": 1}})
+    for context in grid.contexts.values():
+        context.node_config["num-partitions"] = 3
+    summary, _ = run_on_grid(grid, rc)
+    assert summary["failed_clients"] == 0
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("client 1 is now served by node 103 (node 101 went offline)" in m for m in messages)
+    assert not grid.pushed
