@@ -229,20 +229,24 @@ class LocalGrid:
         self.silent, self.corrupt = set(silent), set(corrupt)
         self.crash_in_round = crash_in_round
         self.ids = itertools.count()
-        self.timeouts: list[float | None] = []
-        self.pushed: list[tuple[int, Message]] = []  # messages sent without waiting
+        self.pushed: list[tuple[int, Message]] = []
+        self.replies: dict[str, Message] = {}
+        self.pulls = 0
 
     def get_node_ids(self):
         return list(self.contexts)
 
-    def send_and_receive(self, messages, *, timeout=None):
-        self.timeouts.append(timeout)
-        replies = []
+    def push_messages(self, messages):
+        """Deliver each message to its node's ClientApp at once; keep the replies."""
+        ids = []
         for message in messages:
             if message.metadata.group_id == str(self.crash_in_round):
                 raise ConnectionError("ServerApp lost its SuperLink")
-            message.metadata.__dict__["_message_id"] = f"m{next(self.ids)}"
+            message_id = f"m{next(self.ids)}"
+            message.metadata.__dict__["_message_id"] = message_id
+            ids.append(message_id)
             node = message.metadata.dst_node_id
+            self.pushed.append((node, message))
             if node in self.silent and message.metadata.message_type == "train":
                 continue
             reply = self.app(message, self.contexts[node])
@@ -250,15 +254,12 @@ class LocalGrid:
                 for key, array in list(reply.content["arrays"].items()):
                     nan = torch.full(tuple(array.shape), float("nan"))
                     reply.content["arrays"][key] = tensor_to_array(key, nan)
-            replies.append(reply)
-        return replies
+            self.replies[message_id] = reply
+        return ids
 
-    def push_messages(self, messages):
-        for message in messages:
-            node = message.metadata.dst_node_id
-            self.pushed.append((node, message))
-            self.app(message, self.contexts[node])
-        return [f"p{next(self.ids)}" for _ in messages]
+    def pull_messages(self, message_ids):
+        self.pulls += 1
+        return [self.replies.pop(m) for m in message_ids if m in self.replies]
 
 
 @pytest.fixture
@@ -311,7 +312,6 @@ def test_flower_engine_equals_simulation_in_process(tmp_path, digits_cache, task
         h["train_loss"] for h in read_history(tmp_path / "sim")
     ]
     assert_same_models(out, tmp_path / "sim")
-    assert grid.timeouts and all(t is not None for t in grid.timeouts), "no unbounded wait"
     for name in ("config.json", "metrics.jsonl", "summary.json", "checkpoint.pt"):
         assert (Path(out) / name).is_file(), name
 
