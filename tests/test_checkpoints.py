@@ -238,8 +238,11 @@ def test_report_and_sweep_skip_a_half_written_summary(in_tmp, capsys, caplog):
     capsys.readouterr()
     assert main(["report", "sw"]) == 2
     assert "no summary.json under sw" in capsys.readouterr().err
-    # the sweep finishes it again from its checkpoint: the same numbers
-    [again] = sweep(**plan, **options)
+    # the sweep finishes it again from its checkpoint (one warning): the same numbers
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        [again] = sweep(**plan, **options)
+    assert sum("half-written" in r.getMessage() for r in caplog.records) == 1
     assert again == done
     assert json.loads(path.read_text()) == done
 

@@ -43,13 +43,15 @@ def sweep(
                 plan.append((cfg, out / f"{algorithm}-{target}-s{seed}"))
     summaries = []
     for i, (cfg, run_dir) in enumerate(plan, start=1):
-        done = read_summary(run_dir) if run_dir.is_dir() else None  # None when half-written
+        had_summary = (run_dir / "summary.json").exists()
+        done = read_summary(run_dir) if had_summary else None  # None (warned): half-written
         if done is not None:
             summaries.append(done)
             continue
         try:
             with claim_run_dir(run_dir):
-                done = read_summary(run_dir)  # finished by another sweep meanwhile
+                # finished by another sweep meanwhile
+                done = None if had_summary else read_summary(run_dir)
                 if done is not None:
                     summaries.append(done)
                     continue
