@@ -536,7 +536,15 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def start(self, nodes: int = 3) -> None:
+    def start(
+        self, nodes: int = 3, node_configs: list[str] | None = None, clientapp: str = ""
+    ) -> None:
+        """Start the SuperLink and one SuperNode per node config (default: ``nodes``
+        honest partitions); ``clientapp`` replaces the App's ClientApp component."""
+        node_configs = node_configs or [
+            f"partition-id={i} num-partitions={nodes}" for i in range(nodes)
+        ]
+        nodes = len(node_configs)
         self.spawn(
             "superlink",
             [
@@ -549,7 +557,7 @@ class Cluster:
                 "--disable-runtime-dependency-installation",
             ],
         )
-        for i in range(nodes):
+        for i, node_config in enumerate(node_configs):
             node = self.spawn(
                 f"node{i}",
                 [
@@ -560,7 +568,7 @@ class Cluster:
                     "--port",
                     str(free_port()),
                     "--node-config",
-                    f"partition-id={i} num-partitions={nodes}",
+                    node_config,
                 ],
             )
             self.nodes.append(node)
@@ -582,7 +590,12 @@ class Cluster:
         )
         app = self.root / "app"
         app.mkdir()
-        shutil.copy(APP_DIR / "pyproject.toml", app / "pyproject.toml")
+        project = (APP_DIR / "pyproject.toml").read_text()
+        if clientapp:
+            default = 'clientapp = "fedshift.engine.flower.clientapp:app"'
+            assert default in project
+            project = project.replace(default, f'clientapp = "{clientapp}"')
+        (app / "pyproject.toml").write_text(project)
 
     def submit(self, name: str, settings: dict) -> subprocess.Popen:
         """``flwr run`` of the repo's Flower App with ``settings`` as run-config overrides."""

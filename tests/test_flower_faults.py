@@ -9,7 +9,9 @@ marker), real SuperNodes send tampered replies and false identities over the wir
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,12 @@ pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flo
 
 from flwr.app import ConfigRecord, RecordDict  # noqa: E402
 from test_flower import (  # noqa: E402
+    Cluster,
     LocalGrid,
+    e2e_settings,
+    flower_bin,
     run_config,
+    wait_run,
 )
 
 from fedshift.core.errors import ConfigError  # noqa: E402
@@ -202,3 +208,67 @@ def test_restarted_node_takes_over_after_the_holder_went_offline(
     messages = [r.getMessage() for r in caplog.records]
     assert any("client 1 is now served by node 103 (node 101 went offline)" in m for m in messages)
     assert not refused_nodes(grid)
+
+
+# -- real SuperNodes on loopback --------------------------------------------------------------
+
+#: the twelve reply faults, six rounds, two hostile nodes (one fault each per round)
+REPLY_CYCLES = (sorted(faults.REPLY_FAULTS)[0::2], sorted(faults.REPLY_FAULTS)[1::2])
+
+
+@pytest.mark.flower
+def test_e2e_hostile_supernodes_never_crash_the_serverapp(tmp_path_factory, digits_cache):
+    """Seven SuperNodes, every one running the fault-injecting ClientApp: partition 0 is
+    honest, partitions 1 and 2 send the twelve tampered replies over the wire (one each
+    per round, six rounds), two nodes answer the identity query with ``"zero"`` and a
+    list, and one more claims partition 0 a second time. The run completes; each tampered
+    reply is one failed client with a one-line reason; every false identity and the
+    second claim are refused, on the server and in the node's own log; the global model
+    stays float32 and finite."""
+    if not shutil.which(flower_bin("flower-superlink")):
+        pytest.skip("flower-superlink is not on PATH")
+    from fedshift.data import load_dataset
+
+    load_dataset("digits-dg", cache_dir=digits_cache)
+    cluster = Cluster(tmp_path_factory.mktemp("hostile"), digits_cache)
+    three = "num-partitions=3"
+    configs = [
+        f"partition-id=0 {three}",
+        f"partition-id=1 {three} fault='{','.join(REPLY_CYCLES[0])}'",
+        f"partition-id=2 {three} fault='{','.join(REPLY_CYCLES[1])}'",
+        f"partition-id=1 {three} fault='partition-id-string'",
+        f"partition-id=2 {three} fault='partition-id-list'",
+        f"partition-id=0 {three}",  # a second claim of client 0
+    ]
+    try:
+        cluster.start(node_configs=configs, clientapp="fedshift.engine.flower.faults:app")
+        rounds = len(REPLY_CYCLES[0])
+        out = cluster.root / "out"
+        settings = e2e_settings(
+            out, rounds=rounds, failure_policy="resilient", **{"connect-timeout": 20.0}
+        )
+        wait_run(cluster.submit("hostile", settings), timeout=600)
+    finally:
+        cluster.stop_all()
+    logs = cluster.root / "logs"
+    assert (out / "summary.json").is_file(), f"the ServerApp crashed; see {logs}"
+    history = read_history(out)
+    assert [h["failed_clients"] for h in history] == [2] * rounds
+    run_log = (logs / "run-hostile.log").read_text()
+    failures = [line for line in run_log.splitlines() if "failed task 'train'" in line]
+    for round_, (one, two) in enumerate(zip(*REPLY_CYCLES, strict=True), start=1):
+        got = [line for line in failures if f"round {round_}: client" in line]
+        assert len(got) == 2, (round_, one, two, got)
+    refused = [line for line in run_log.splitlines() if "refused:" in line]
+    assert sum("not an integer" in line for line in refused) == 2, refused
+    assert sum("already served" in line for line in refused) == 1, refused
+    node_logs = [(logs / f"node{i}.log").read_text() for i in range(len(configs))]
+    told = [i for i, text in enumerate(node_logs) if "the ServerApp refused this SuperNode" in text]
+    assert {3, 4} <= set(told) and len(told) == 3, told
+    model = load_checkpoint(out / "checkpoint.pt")["server"]["model"]
+    for key, value in model.items():
+        if value.is_floating_point() or key.endswith(("weight", "bias")):
+            assert value.dtype == torch.float32 and bool(torch.isfinite(value).all()), key
+    summary = json.loads((out / "summary.json").read_text())
+    assert math.isfinite(summary["target_accuracy"])
+    print(f"\nseconds per round with hostile nodes: {[h['seconds'] for h in history]}")

@@ -118,7 +118,7 @@ def from_recorddict(content: RecordDict, *, with_control: bool = False) -> Recor
     for name, kind in REPLY_RECORDS.items():
         if not isinstance(content[name], kind):
             raise ConversionError(
-                f"record {name!r} is a {type(content[name]).__name__}, not a {kind.__name__}"
+                f"record {name!r} is a {type(content[name]).__name__}, expected {kind.__name__}"
             )
     metrics = dict(content[METRICS])
     other = dict(content[METRICS_OTHER])

@@ -3,11 +3,13 @@
 ``app`` behaves exactly like :data:`fedshift.engine.flower.clientapp.app` unless the
 SuperNode's node config names a fault, e.g.
 ``--node-config "partition-id=2 num-partitions=3 fault='num-examples-negative'"``;
-``fault-round=<r>`` limits it to round ``r`` (identity faults apply to every identity
-reply). Point a test App's ``clientapp`` component at ``fedshift.engine.flower.faults:app``
-to check that a deployment's ServerApp survives a hostile node: every fault in
-:data:`FAULTS` must end as a failed client (or a refused node), never as a crash or a
-changed model. The tampered replies are real Flower messages, serialized over the wire.
+a comma-separated list injects one fault per round in turn, and ``fault-round=<r>``
+limits a single fault to round ``r`` (identity faults apply to every identity reply).
+Point a test App's ``clientapp`` component at
+``fedshift.engine.flower.faults:app`` to check that a deployment's ServerApp survives a
+hostile node: every fault in :data:`FAULTS` must end as a failed client (or a refused
+node), never as a crash or a changed model. The tampered replies are real Flower
+messages, serialized over the wire.
 """
 
 from __future__ import annotations
@@ -97,20 +99,37 @@ FAULTS = (*REPLY_FAULTS, *IDENTITY_FAULTS)
 app = ClientApp()
 
 
+def fault_of(node_config, round_: int) -> str:
+    """The fault this node injects in ``round_`` ("" for none).
+
+    ``fault`` names one fault or a comma-separated list taken in turn, one per round
+    (round 1 the first); ``fault-round=<r>`` limits a single fault to round ``r``.
+    """
+    names = [f.strip() for f in str(node_config.get("fault", "")).split(",") if f.strip()]
+    unknown = [f for f in names if f not in FAULTS]
+    if unknown:
+        raise ValueError(f"unknown fault {unknown[0]!r}; known: {', '.join(FAULTS)}")
+    if not names:
+        return ""
+    only_round = int(node_config.get("fault-round", 0))
+    if only_round and round_ != only_round:
+        return ""
+    return names[(max(round_, 1) - 1) % len(names)]
+
+
 def tampered(message: Message, context: Context) -> Message:
     """The real ClientApp's reply, changed as the node config's ``fault`` says."""
-    fault = str(context.node_config.get("fault", ""))
-    if fault and fault not in FAULTS:
-        raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
     control = dict(message.content[CONTROL]) if CONTROL in message.content else {}
-    if control.get("task") == IDENTIFY and fault in IDENTITY_FAULTS:
-        identity = {**dict(context.node_config), **IDENTITY_FAULTS[fault]}
-        identity = {k: v for k, v in identity.items() if k in ("partition-id", "num-partitions")}
-        return Message(RecordDict({IDENTITY: ConfigRecord(identity)}), reply_to=message)
+    if control.get("task") == IDENTIFY:
+        claimed = [f for f in IDENTITY_FAULTS if f in str(context.node_config.get("fault", ""))]
+        if claimed:
+            identity = {**dict(context.node_config), **IDENTITY_FAULTS[claimed[0]]}
+            keys = ("partition-id", "num-partitions")
+            record = ConfigRecord({k: v for k, v in identity.items() if k in keys})
+            return Message(RecordDict({IDENTITY: record}), reply_to=message)
     reply = handle(message, context)
-    only_round = int(context.node_config.get("fault-round", 0))
-    hits_round = not only_round or int(control.get("round", -1)) == only_round
-    if fault in REPLY_FAULTS and hits_round and control.get("call", -1) != -1:
+    fault = fault_of(context.node_config, int(control.get("round", 0)))
+    if fault in REPLY_FAULTS and control.get("call", -1) != -1:
         if ARRAYS in reply.content and reply.content[ARRAYS]:
             REPLY_FAULTS[fault](reply.content)
     return reply
