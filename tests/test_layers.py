@@ -13,6 +13,7 @@ PACKAGE = Path(fedshift.__file__).parent
 #: rank of each top-level part of the package; a part may import only lower ranks (and itself)
 RANKS = {
     "core": 0,
+    "plugins": 0.5,  # entry points and import paths; needs only core
     "data": 1,
     "models": 1,
     "eval": 1,
@@ -22,6 +23,7 @@ RANKS = {
     "engine": 5,
     "report": 6,
     "cli": 7,
+    "api": 7,  # the public Python API, beside the CLI
     "__init__": 8,
     "__main__": 8,
 }

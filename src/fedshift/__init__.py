@@ -1,5 +1,46 @@
-"""fedshift: federated learning under domain shift."""
+"""fedshift: federated learning under domain shift.
+
+The public API (see docs/library.md): :func:`run`, :func:`plan`, :func:`sweep`,
+:func:`load_run`, and :func:`register_model`, :func:`register_dataset`,
+:func:`register_algorithm` for a script's own parts. They are imported on first use, so
+``import fedshift`` (and the command line) stays quick.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from fedshift.core.version import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from fedshift.api import (
+        RunResult,
+        Task,
+        load_run,
+        plan,
+        register_algorithm,
+        register_dataset,
+        register_model,
+        run,
+        sweep,
+    )
+
+__all__ = [
+    "RunResult",
+    "Task",
+    "__version__",
+    "load_run",
+    "plan",
+    "register_algorithm",
+    "register_dataset",
+    "register_model",
+    "run",
+    "sweep",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(importlib.import_module("fedshift.api"), name)
+    raise AttributeError(f"module 'fedshift' has no attribute {name!r}")

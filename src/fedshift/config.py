@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from fedshift.algorithms import REGISTRY
+from fedshift.algorithms import REGISTRY, get_algorithm
 from fedshift.core.errors import CheckpointError, ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
@@ -23,7 +23,6 @@ from fedshift.core.runconfig import (
     RENAMED_KEYS,
     RUN_KEYS,
     RunConfig,
-    check_choice,
     check_run_values,
     coerce,
     field_type,
@@ -112,7 +111,7 @@ def parse_set(items: list[str]) -> dict[str, str]:
 
 def validate(cfg: RunConfig) -> None:
     """Checks that need no data: the algorithm, its protocols and problems, choices, ranges."""
-    check_choice("algorithm", cfg.algorithm, REGISTRY)
+    get_algorithm(cfg.algorithm)  # built-in, registered or plug-in; ConfigError if none
     check_run_values(cfg)
     algorithm = REGISTRY[cfg.algorithm]
     supported = algorithm.protocols

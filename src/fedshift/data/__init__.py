@@ -1,5 +1,6 @@
 """Data layer: domains, the offline ``digits-dg`` dataset, folder datasets, partitioners."""
 
+from fedshift.data.custom import make_dataset, register_dataset
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import load_folder_dataset
 from fedshift.data.partition import ClientSpec, partition_domains
@@ -16,6 +17,8 @@ __all__ = [
     "describe_datasets",
     "load_dataset",
     "load_folder_dataset",
+    "make_dataset",
     "partition_domains",
+    "register_dataset",
     "save_sample_grid",
 ]

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from fedshift.data import digits
+from fedshift.data.custom import load_custom_dataset
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import load_folder_dataset
 
@@ -111,6 +112,9 @@ def load_dataset(
     if only is not None:
         ds = load_dataset(key, image_size=image_size, cache_dir=cache_dir, seed=seed)
         return restrict_domains(ds, only)
+    custom = load_custom_dataset(key, seed=seed)
+    if custom is not None:
+        return custom if image_size is None else _resized(custom, int(image_size))
     if key in DATASETS:
         ds = digits.load_digits_dg(cache_dir=cache_dir)
         return ds if image_size is None else _resized(ds, int(image_size))

@@ -6,7 +6,7 @@ Build one with :func:`build_model`; the names are the keys of :data:`MODELS`.
 """
 
 from .base import FedModel, normalize_input
-from .registry import DEFAULT_MODEL, MODELS, build_model
+from .registry import DEFAULT_MODEL, MODELS, build_model, register_model
 from .weights import load_weights
 
 __all__ = [
@@ -16,4 +16,5 @@ __all__ = [
     "build_model",
     "load_weights",
     "normalize_input",
+    "register_model",
 ]

@@ -1,4 +1,10 @@
-"""Model registry: names, descriptions and ``build_model``."""
+"""Model registry: names, descriptions and ``build_model``.
+
+A name is a built-in, one added by :func:`register_model`, a plug-in (entry point of group
+``fedshift.models``) or an import path ``package.module:builder``. A builder is called as
+``builder(num_classes, *, in_channels, image_size, **options)`` and returns a
+:class:`~fedshift.models.base.FedModel`.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,22 @@ import os
 from collections.abc import Callable
 from functools import partial
 
+from fedshift.core.errors import ConfigError
+from fedshift.plugins import is_import_path, load_import_path, load_plugin
+
 from .base import FedModel
 from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
 from .resnet import build_resnet
 from .unet import build_unet
 from .weights import load_weights
 
-__all__ = ["DEFAULT_MODEL", "MODELS", "SEGMENTATION_MODELS", "build_model"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODELS",
+    "SEGMENTATION_MODELS",
+    "build_model",
+    "register_model",
+]
 
 DEFAULT_MODEL = "cnn"
 
@@ -42,7 +57,7 @@ MODELS: dict[str, str] = {
 }
 
 #: models that output per-pixel logit maps; the only ones ``problem = "segmentation"`` accepts
-SEGMENTATION_MODELS = ("unet",)
+SEGMENTATION_MODELS: list[str] = ["unet"]
 
 _BUILDERS: dict[str, Callable[..., FedModel]] = {
     "cnn": build_cnn,
@@ -55,6 +70,53 @@ _BUILDERS: dict[str, Callable[..., FedModel]] = {
 }
 
 _COMMON = {"num_classes", "in_channels", "image_size"}
+
+
+#: the built-in names (never replaced by :func:`register_model`)
+BUILTIN_MODELS = tuple(_BUILDERS)
+
+
+def register_model(
+    name: str,
+    builder: Callable[..., FedModel],
+    description: str = "",
+    *,
+    segmentation: bool = False,
+    replace: bool = False,
+) -> Callable[..., FedModel]:
+    """Make ``builder`` buildable as ``model=name`` (``--set model=name``, ``fedshift.run``).
+
+    ``builder(num_classes, *, in_channels, image_size, **options)`` returns a FedModel;
+    ``segmentation=True`` marks a per-pixel model (``problem=segmentation``). Returns
+    ``builder``. A built-in name is never replaced; another registered one with ``replace``.
+    """
+    if not callable(builder):
+        raise ConfigError(f"model {name!r}: the builder {builder!r} is not callable")
+    if name in BUILTIN_MODELS:
+        raise ConfigError(f"model {name!r} is built in; register yours under another name")
+    if name in _BUILDERS and _BUILDERS[name] is not builder and not replace:
+        raise ConfigError(f"model {name!r} is registered already; pass replace=True")
+    _BUILDERS[name] = builder
+    MODELS[name] = description or (builder.__doc__ or "").strip().split("\n")[0]
+    if segmentation and name not in SEGMENTATION_MODELS:
+        SEGMENTATION_MODELS.append(name)
+    return builder
+
+
+def find_builder(name: str) -> Callable[..., FedModel] | None:
+    """The builder of model ``name``: registered, plug-in or ``module:builder``; else None."""
+    if name in _BUILDERS:
+        return _BUILDERS[name]
+    if is_import_path(name):
+        builder = load_import_path(name, "model")
+    else:
+        builder = load_plugin("model", name)
+        if builder is None:
+            return None
+    if not callable(builder):
+        raise ConfigError(f"model {name!r} is {builder!r}, not a callable model builder")
+    _BUILDERS[name] = builder
+    return builder
 
 
 def _options_of(name: str) -> list[str]:
@@ -87,8 +149,11 @@ def build_model(
     Raises:
         ValueError: unknown name, unknown or invalid option, or weights that do not fit.
     """
-    if name not in _BUILDERS:
-        raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
+    if find_builder(name) is None:
+        raise ValueError(
+            f"unknown model {name!r}; choose one of: {', '.join(MODELS)} "
+            "(or a plug-in as package.module:builder)"
+        )
     allowed = _options_of(name)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -97,6 +162,11 @@ def build_model(
             f"accepted options: {', '.join(allowed) or '(none)'}"
         )
     model = _BUILDERS[name](num_classes, in_channels=in_channels, image_size=image_size, **options)
+    if not isinstance(model, FedModel):
+        raise ValueError(
+            f"model {name!r} built a {type(model).__name__}, not a fedshift.models.FedModel "
+            "(a backbone giving flat features and a head giving logits)"
+        )
     if weights_path is not None:
         load_weights(model, weights_path)
     return model

@@ -1,0 +1,222 @@
+"""The public Python API: what the command line does, from a script, with the same errors.
+
+    import fedshift
+    result = fedshift.run(algorithm="fedprox", target="mnistm", rounds=5, algo={"mu": 0.1})
+    print(result.summary["target_accuracy"], result.history[-1])
+
+Run keys are those of ``fedshift run --set KEY=VALUE`` (``fedshift.config.RUN_KEYS``);
+algorithm hyperparameters go in ``algo={...}`` (or as ``**{"algo.mu": 0.1}``). Keys are
+resolved and checked by :func:`fedshift.config.resolve`, the code path of the CLI, so a bad
+key or value raises the same :class:`~fedshift.core.errors.ConfigError` (with the same
+message) that the CLI prints as ``fedshift: error: ...``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedshift.algorithms import register_algorithm
+from fedshift.config import resolve, resolve_resume
+from fedshift.core.errors import CheckpointError, ConfigError
+from fedshift.core.runconfig import RunConfig
+from fedshift.data.custom import make_dataset, register_dataset
+from fedshift.data.domains import DomainDataset
+from fedshift.engine.assembly import prepare
+from fedshift.engine.runner import run_experiment
+from fedshift.engine.sweep import sweep as run_sweep
+from fedshift.models.registry import register_model
+
+__all__ = [
+    "RunResult",
+    "Task",
+    "load_run",
+    "plan",
+    "register_algorithm",
+    "register_dataset",
+    "register_model",
+    "run",
+    "sweep",
+]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished (or stopped) run: its summary, per-round history, directory and config."""
+
+    #: ``summary.json``: final and selected accuracies, bytes, timings (empty if unfinished)
+    summary: dict[str, Any]
+    #: the rows of ``metrics.jsonl``, one dict per logged round
+    history: list[dict[str, Any]]
+    run_dir: Path
+    #: ``config.json``: the resolved run keys, ``algo`` and ``run_info`` (clients, versions)
+    config: dict[str, Any]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.summary)
+
+    def metric(self, key: str) -> list[Any]:
+        """One metric per logged round (rounds that did not log it are left out)."""
+        return [row[key] for row in self.history if key in row]
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a run would do, without training: the resolved config and its clients."""
+
+    config: RunConfig
+    #: one dict per client: id, name, domain, role (source/target) and split sizes
+    clients: list[dict[str, Any]]
+    sources: list[str]
+    targets: list[str]
+    info: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def _settings(keys: dict[str, Any]) -> dict[str, Any]:
+    """Run keys and ``algo={...}`` flattened as the CLI's flags (``algo.NAME``)."""
+    settings = {k: v for k, v in keys.items() if k != "algo"}
+    algo = keys.get("algo") or {}
+    if not isinstance(algo, dict):
+        raise ConfigError(f"algo must be a dict of hyperparameters, got {type(algo).__name__}")
+    settings.update({f"algo.{k}": v for k, v in algo.items()})
+    return settings
+
+
+def _with_dataset(keys: dict[str, Any]) -> tuple[dict[str, Any], DomainDataset | None]:
+    """An in-memory ``dataset=`` (DomainDataset or ``{domain: data}``) taken out of ``keys``."""
+    data = keys.get("dataset")
+    if data is None or isinstance(data, str | Path):
+        return keys, None
+    dataset = make_dataset(data, name="custom" if not isinstance(data, DomainDataset) else "")
+    return {**keys, "dataset": dataset.name}, dataset
+
+
+def resolve_keys(config: str | Path | None = None, **keys: Any) -> RunConfig:
+    """The resolved, checked run config of ``keys`` (defaults < ``config`` TOML < keys)."""
+    return resolve(str(config) if config else None, _settings(keys), [])
+
+
+def run(
+    *,
+    config: str | Path | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = False,
+    **keys: Any,
+) -> RunResult:
+    """Run one experiment, as ``fedshift run``; returns its :class:`RunResult`.
+
+    Args:
+        config: a TOML file of run keys and an ``[algo]`` table (as ``--config``).
+        out: run directory (default ``runs/<algo>-<dataset>-<target>-s<seed>``).
+        resume: continue the run in ``out`` (its saved config; ``rounds`` may grow).
+        progress: show the progress bar.
+        **keys: run keys (``algorithm``, ``target``, ``rounds``, ``lr``, ...) and
+            ``algo={...}``. ``dataset`` may also be a DomainDataset or ``{domain: data}``
+            (see :func:`fedshift.data.make_dataset`), used in memory.
+
+    Raises:
+        ConfigError, DatasetError, CheckpointError, RoundFailed, StorageError: as the CLI.
+    """
+    keys, dataset = _with_dataset(keys)
+    if resume:
+        if out is None:
+            raise ConfigError("resume=True needs out=RUN_DIR (the run to continue)")
+        cfg = resolve_resume(out, str(config) if config else None, _settings(keys), [])
+    else:
+        cfg = resolve_keys(config, **keys)
+    _, run_dir = run_experiment(cfg, out, resume=resume, progress=progress, dataset=dataset)
+    return load_run(run_dir)
+
+
+def plan(*, config: str | Path | None = None, **keys: Any) -> Task:
+    """What :func:`run` would do (``fedshift run --dry-run``): data loaded, clients built,
+    nothing trained or written."""
+    keys, dataset = _with_dataset(keys)
+    cfg = resolve_keys(config, **keys)
+    exp = prepare(cfg, dataset=dataset)
+    info = exp.info
+    return Task(cfg, list(info["clients"]), list(info["sources"]), list(info["targets"]), info)
+
+
+def sweep(
+    out: str | Path,
+    *,
+    algorithms: list[str],
+    targets: list[str],
+    seeds: list[int] = (0,),
+    config: str | Path | None = None,
+    progress: bool = False,
+    **keys: Any,
+) -> list[RunResult]:
+    """Run every combination into ``out`` as ``fedshift sweep`` (resumable: finished runs are
+    read back). Keys that :func:`fedshift.engine.sweep.sweep` takes as options are passed to
+    it; every other key is a run key applied to every run (``algo={...}`` too)."""
+    options = set(inspect.signature(run_sweep).parameters) - {
+        "algorithms",
+        "targets",
+        "seeds",
+        "out",
+        "config_file",
+        "flags",
+        "sets",
+        "progress",
+    }
+    passed = {k: v for k, v in keys.items() if k in options}
+    flags = _settings({k: v for k, v in keys.items() if k not in options})
+    summaries = run_sweep(
+        list(algorithms),
+        list(targets),
+        [int(s) for s in seeds],
+        out,
+        config_file=str(config) if config else None,
+        flags=flags,
+        progress=progress,
+        **passed,
+    )
+    runs = {}
+    for found in sorted(Path(out).glob("*/summary.json")):
+        result = load_run(found.parent)
+        runs[json.dumps(result.summary, sort_keys=True, default=str)] = result
+    return [
+        runs.get(json.dumps(summary, sort_keys=True, default=str))
+        or RunResult(summary=summary, history=[], run_dir=Path(out), config={})
+        for summary in summaries
+    ]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} does not hold a JSON object")
+    return data
+
+
+def load_run(run_dir: str | Path) -> RunResult:
+    """A run directory as a :class:`RunResult`; an unfinished run has an empty summary.
+
+    Raises CheckpointError when ``run_dir`` holds no fedshift run (no ``config.json``).
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise CheckpointError(f"{run_dir} is not a fedshift run directory (no config.json)")
+    config = _read_json(run_dir / "config.json")
+    summary = _read_json(run_dir / "summary.json") if (run_dir / "summary.json").is_file() else {}
+    history = []
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash; the runner rewrites it on resume
+            if isinstance(row, dict):
+                history.append(row)
+    return RunResult(summary=summary, history=history, run_dir=run_dir, config=config)
