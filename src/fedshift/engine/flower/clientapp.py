@@ -3,8 +3,9 @@
 fedshift and torch are imported inside the handler, so the identity query (answered from
 the node config) costs a bare ClientApp process only.
 
-Every message rebuilds the federated task from the run config (the dataset is built
-locally; Flower starts a new ClientApp process per message), picks this node's client
+Every message rebuilds the federated task from the run config (Flower 1.41 starts a new
+ClientApp process per message; the dataset is opened from the node's memory-mapped cache,
+:mod:`.node_cache`, built by the first message), picks this node's client
 from its node config, restores ``ctx.state`` from Flower's ``Context.state``, runs the
 task with the simulation engine's seeding and stores ``ctx.state`` back, in the context
 and in a snapshot on the node's disk (:mod:`.node_state`) from which a resumed run
@@ -13,9 +14,14 @@ continues. The engine's evaluate task scores the client's personal model on the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
@@ -41,12 +47,18 @@ RUN_MARK = "fedshift-run"
 
 @functools.lru_cache(maxsize=2)
 def _experiment(run_config_json: str, cache_dir: str):
-    """The prepared experiment of a run config (cached for in-process use and tests)."""
+    """The prepared experiment of a run config, its dataset from the node cache."""
+    from fedshift.data.digits import default_cache_dir
     from fedshift.engine.assembly import prepare
+    from fedshift.engine.flower.node_cache import node_dataset
     from fedshift.engine.flower.settings import load_run_dataset, parse_run_config
 
     cfg, opts = parse_run_config(json.loads(run_config_json))
-    return prepare(cfg, dataset=load_run_dataset(cfg, opts, cache_dir))
+    root = Path(cache_dir or opts.cache_dir or default_cache_dir())
+    dataset = node_dataset(
+        cfg, opts.max_samples, root, lambda: load_run_dataset(cfg, opts, cache_dir)
+    )
+    return prepare(cfg, dataset=dataset)
 
 
 def handle(message: Message, context: Context) -> Message:
@@ -61,6 +73,12 @@ def handle(message: Message, context: Context) -> Message:
         # the SuperNode's log: the ClientApp process writes to the SuperNode's stderr
         print(f"fedshift: the ServerApp refused this SuperNode: {reason}", file=sys.stderr)
         return Message(RecordDict(), reply_to=message)
+    with give_up_after(float(control.get("timeout", 0.0))):
+        return _run_task(message, context, control, task)
+
+
+def _run_task(message: Message, context: Context, control: dict, task: str) -> Message:
+    """Run the engine's evaluate task or an algorithm's client task on this node."""
     from fedshift.core.record import Record
     from fedshift.engine.evaluation import client_scores
     from fedshift.engine.federation import run_client_task
@@ -98,6 +116,44 @@ def handle(message: Message, context: Context) -> Message:
     context.state[RUN_MARK] = ConfigRecord({"token": str(control["token"])})
     snapshots.save(round_, ctx.state)
     return Message(to_recorddict(reply), reply_to=message)
+
+
+#: seconds a task may run beyond the server's round timeout before its process gives up
+GRACE = 30.0
+
+
+@contextlib.contextmanager
+def give_up_after(timeout: float) -> Iterator[None]:
+    """Within this block, end the ClientApp process once the server can no longer use
+    its reply.
+
+    Flower 1.41 does not stop a running ClientApp when its run is stopped or failed (the
+    SuperNode drops the late reply with "Run ... is not in RUNNING status"), so a long
+    task would keep a core busy for nothing. The server waits ``timeout`` seconds per
+    call; after that plus :data:`GRACE` this raises SIGINT, the signal Flower's own task
+    heartbeat uses to stop a ClientApp, whose handler reports the task as stopped. The
+    watchdog ends with the block, so a task that finishes in time is never touched.
+    """
+    if timeout <= 0:
+        yield
+        return
+
+    def stop() -> None:
+        print(
+            f"fedshift: the task ran {timeout + GRACE:g} s, past the server's round timeout; "
+            "stopping this ClientApp",
+            file=sys.stderr,
+            flush=True,
+        )
+        signal.raise_signal(signal.SIGINT)
+
+    timer = threading.Timer(timeout + GRACE, stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def restore_state(

@@ -109,9 +109,10 @@ class FlowerFederation(BaseFederation):
 
         A client is claimed once: while the node holding it is online, a second node naming
         the same client is refused (logged here, and told so in its own log), as is a node
-        whose identity is not an integer id of this task. A refused node is never asked
-        again in this run. When the holder goes offline (a restarted SuperNode gets a new
-        node id), the next node naming that client takes it over, logged. Nothing a node
+        whose identity is not an integer id of this task; within one discovery the lower
+        node id claims first. A refused node is never asked again in this run. When the
+        holder goes offline (a restarted SuperNode gets a new node id), the next node
+        naming that client takes it over, logged. Nothing a node
         answers can raise here.
         """
         online = set(int(n) for n in self.grid.get_node_ids())
@@ -132,7 +133,8 @@ class FlowerFederation(BaseFederation):
         ]
         timeout = min(self.round_timeout, IDENTIFY_TIMEOUT)
         refused: dict[int, str] = {}
-        for reply in self.send_and_receive(messages, timeout):
+        replies = self.send_and_receive(messages, timeout)
+        for reply in sorted(replies, key=lambda r: int(r.metadata.src_node_id)):
             node = int(reply.metadata.src_node_id)
             if node not in new:
                 continue
@@ -204,6 +206,7 @@ class FlowerFederation(BaseFederation):
                 "round": self.round,
                 "call": call_index,
                 "token": self.run_token,
+                "timeout": self.round_timeout,
                 **control,
             }
             message = Message(
