@@ -17,6 +17,8 @@ from fedshift.core.errors import (
     StorageError,
     did_you_mean,
 )
+from fedshift.core.runconfig import DEVICES, PARTITIONS, PROTOCOLS, RunConfig
+from fedshift.core.version import __version__
 
 EXIT_USAGE = 2
 #: exit status after Ctrl-C (128 + SIGINT), as shells report it
@@ -49,21 +51,56 @@ def build_parser() -> argparse.ArgumentParser:
         description="Federated learning under domain shift. With no arguments, `fedshift run` "
         "trains FedAvg on the embedded digits-dg benchmark, target mnistm.",
     )
+    parser.add_argument("--version", action="version", version=f"fedshift {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
 
     run = sub.add_parser("run", help="run one experiment")
-    run.add_argument("-a", "--algorithm", help="algorithm (see `fedshift list algorithms`)")
-    run.add_argument("-d", "--dataset", help="dataset name or folder path (default digits-dg)")
-    run.add_argument("-t", "--target", help="held-out target domain")
+    defaults = RunConfig()
+    run.add_argument(
+        "-a",
+        "--algorithm",
+        help=f"algorithm (default {defaults.algorithm}; see `fedshift list algorithms`), "
+        "or a plug-in as package.module:Class",
+    )
+    run.add_argument(
+        "-d",
+        "--dataset",
+        help=f"dataset name or folder path (default {defaults.dataset}; "
+        "see `fedshift list datasets`)",
+    )
+    run.add_argument(
+        "-t", "--target", help=f"held-out target domain (default {defaults.target})"
+    )
     run.add_argument("-s", "--sources", help="comma-separated source domains (default: all others)")
-    run.add_argument("--protocol", help="evaluation protocol (lodo)")
-    run.add_argument("--rounds", type=int)
-    run.add_argument("--local-epochs", type=int, dest="local_epochs")
-    run.add_argument("--clients-per-domain", type=int, dest="clients_per_domain")
-    run.add_argument("--partition", help="iid, dirichlet or nway-kshot (inside each domain)")
-    run.add_argument("--model", help="backbone (cnn, digit5-cnn, fedproto-cnn, resnet18, resnet50)")
-    run.add_argument("--seed", type=int)
-    run.add_argument("--device", help="auto, cpu or cuda")
+    run.add_argument(
+        "--protocol",
+        help=f"evaluation protocol: {', '.join(PROTOCOLS)} (default {defaults.protocol})",
+    )
+    run.add_argument("--rounds", type=int, help=f"rounds (default {defaults.rounds})")
+    run.add_argument(
+        "--local-epochs",
+        type=int,
+        dest="local_epochs",
+        help=f"local epochs per round (default {defaults.local_epochs})",
+    )
+    run.add_argument(
+        "--clients-per-domain",
+        type=int,
+        dest="clients_per_domain",
+        help=f"clients each domain is split into (default {defaults.clients_per_domain})",
+    )
+    run.add_argument(
+        "--partition",
+        help=f"how a domain is split among its clients: {', '.join(PARTITIONS)} "
+        f"(default {defaults.partition})",
+    )
+    run.add_argument(
+        "--model",
+        help=f"backbone (default: the algorithm's, else {defaults.model}; see `fedshift list "
+        "models`), or a plug-in as package.module:builder",
+    )
+    run.add_argument("--seed", type=int, help=f"seed (default {defaults.seed})")
+    run.add_argument("--device", help=f"{', '.join(DEVICES)} (default {defaults.device})")
     run.add_argument("--out", help="run directory (default runs/<algo>-<dataset>-<target>-s<seed>)")
     run.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its checkpoint"
@@ -77,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="override any config key, e.g. --set lr=0.05 --set algo.mu=0.1",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        dest="dry_run",
+        help="print the resolved config and the clients (role, domain, split sizes); no training",
+    )
 
     sw = sub.add_parser("sweep", help="algorithms x targets x seeds (resumable)")
     sw.add_argument("-a", "--algorithms", required=True, help="comma-separated algorithms")
@@ -101,8 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=["md", "csv"], default="md")
     rep.add_argument("--plot", help="also write per-round target-accuracy curves to this PNG")
 
-    lst = sub.add_parser("list", help="list algorithms or datasets")
+    lst = sub.add_parser("list", help="list algorithms, datasets or models (plug-ins marked)")
     lst.add_argument("what", choices=["algorithms", "datasets", "models"])
+
+    show_algo = sub.add_parser(
+        "show", help="an algorithm's hyperparameters, what it shares and its protocols"
+    )
+    show_algo.add_argument("algorithm", help="an algorithm name (see `fedshift list algorithms`)")
 
     ds = sub.add_parser("datasets", help="inspect datasets")
     ds_sub = ds.add_subparsers(dest="action", parser_class=ArgumentParser, required=True)
@@ -164,6 +212,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             cfg = resolve_resume(args.out, args.config, flags, args.set)
         else:
             cfg = resolve(args.config, flags, args.set)
+        if args.dry_run:
+            return print_task(cfg)
         summary, out_dir = run_experiment(
             cfg, args.out, resume=args.resume, progress=not args.quiet
         )
@@ -260,20 +310,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "algorithms":
-        from fedshift.algorithms import REGISTRY
+        from fedshift.algorithms import all_algorithms, origin_of
 
-        rows = [("name", "shares", "paper")]
-        for name, cls in REGISTRY.items():
+        rows = [("name", "shares", "paper", "from")]
+        for name, cls in all_algorithms().items():
             shares = ", ".join(f"{k}:{v.value}" for k, v in cls.shares.items()) or "nothing"
             if cls.pooled:
                 shares = "nothing (pooled data, not federated)"
-            rows.append((name, shares, cls.paper))
+            rows.append((name, shares, cls.paper, origin_of(name)))
     elif args.what == "models":
-        from fedshift.models import MODELS
+        from fedshift.models.registry import all_models
 
-        rows = [("name", "description")] + list(MODELS.items())
+        rows = [("name", "description", "from")]
+        rows += [(name, desc, origin) for name, (desc, origin) in all_models().items()]
     else:
         from fedshift.data import describe_datasets
+        from fedshift.data.custom import custom_datasets
 
         rows = [("name", "domains (train/val/test)", "classes")]
         for info in describe_datasets():
@@ -281,10 +333,110 @@ def cmd_list(args: argparse.Namespace) -> int:
                 f"{d} ({s['train']}/{s['val']}/{s['test']})" for d, s in info["domains"].items()
             )
             rows.append((info["name"], domains, str(info["classes"])))
+        rows += [(name, f"({origin})", "-") for name, origin in custom_datasets().items()]
         rows.append(("PATH", "any folder laid out ROOT/<domain>/<class>/<image>", "-"))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def print_task(cfg) -> int:
+    """``run --dry-run``: the resolved config (as a TOML file ``--config`` reads) and the
+    federated task, built as for a run but not trained."""
+    import json
+
+    from fedshift.engine.assembly import prepare
+
+    info = prepare(cfg).info
+    settings = cfg.to_dict()
+    algo = settings.pop("algo")
+    print("# resolved config (usable as --config FILE)")
+    for key, value in settings.items():
+        print(f"{key} = {json.dumps(value)}")
+    print("[algo]")
+    for key, value in algo.items():
+        print(f"{key} = {json.dumps(value)}")
+    print(
+        f"\n# task: {len(info['clients'])} clients; sources {', '.join(info['sources'])}; "
+        f"targets {', '.join(info['targets'])}"
+    )
+    rows = [("id", "name", "domain", "role", "train", "val", "test")]
+    rows += [
+        tuple(str(c[k]) for k in ("id", "name", "domain", "role", "train", "val", "test"))
+        for c in info["clients"]
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def hparam_docs(hparams: type) -> dict[str, str]:
+    """Each hyperparameter's help: its field metadata (``symbol``, ``help``), else the
+    comment lines just above the field in the source (where the paper's symbol is given)."""
+    import dataclasses
+    import inspect
+
+    try:
+        lines = inspect.getsource(hparams).splitlines()
+    except (OSError, TypeError):
+        lines = []
+    docs = {}
+    for item in dataclasses.fields(hparams):
+        meta = " ".join(str(item.metadata[k]) for k in ("symbol", "help") if k in item.metadata)
+        if not meta:
+            at = next(
+                (i for i, line in enumerate(lines) if re.match(rf"\s+{item.name}\s*:", line)), None
+            )
+            comments: list[str] = []
+            while at is not None and at > 0 and lines[at - 1].strip().startswith("#"):
+                at -= 1
+                comments.insert(0, lines[at].strip().lstrip("#").strip())
+            meta = " ".join(comments)
+        docs[item.name] = meta
+    return docs
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    import dataclasses
+    import inspect
+
+    from fedshift.algorithms import get_algorithm, origin_of
+    from fedshift.core.hparams import hparam_types
+
+    try:
+        cls = get_algorithm(args.algorithm)
+    except ConfigError as exc:
+        return fail(exc)
+    doc = inspect.getdoc(cls) or ""
+    print(f"{args.algorithm}: {cls.paper or '(no paper given)'} [{origin_of(args.algorithm)}]")
+    if doc:
+        print("\n" + doc.split("\n\n")[0] + "\n")
+    shares = ", ".join(f"{k} ({v.value})" for k, v in cls.shares.items()) or "nothing"
+    if cls.pooled:
+        shares = "nothing (pooled data, not federated)"
+    print(f"shares:     {shares}")
+    print(f"protocols:  {', '.join(cls.protocols or PROTOCOLS)}")
+    print(f"problems:   {', '.join(cls.supported_problems())}")
+    print(f"model:      {cls.default_model or RunConfig().model} (default)")
+    fields = dataclasses.fields(cls.Hparams)
+    if not fields:
+        print("hyperparameters: none")
+        return 0
+    print("hyperparameters (--set algo.NAME=VALUE):")
+    types_ = hparam_types(cls.Hparams)
+    docs = hparam_docs(cls.Hparams)
+    rows = [("name", "type", "default", "meaning")]
+    for item in fields:
+        kind = types_[item.name]
+        kind_text = getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
+        default = item.default if item.default is not dataclasses.MISSING else "(required)"
+        rows.append((f"algo.{item.name}", kind_text, repr(default), docs[item.name]))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for row in rows:
+        head = "  ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True))
+        print(f"  {head}  {row[3]}".rstrip())
     return 0
 
 
@@ -352,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         "sweep": cmd_sweep,
         "report": cmd_report,
         "list": cmd_list,
+        "show": cmd_show,
         "datasets": cmd_datasets,
         "plot": cmd_plot,
         "pretrain": cmd_pretrain,

@@ -4,6 +4,8 @@ entry point of group ``fedshift.algorithms`` or an import path ``package.module:
 
 from __future__ import annotations
 
+import logging
+
 from fedshift.algorithms.bd_fedproto import BDFedProto
 from fedshift.algorithms.ccst import CCST
 from fedshift.algorithms.centralized import Centralized
@@ -25,7 +27,15 @@ from fedshift.algorithms.perada import PerAda
 from fedshift.core.algorithm import Algorithm
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams
-from fedshift.plugins import is_import_path, load_import_path, load_plugin, plugin_names
+from fedshift.plugins import (
+    is_import_path,
+    load_import_path,
+    load_plugin,
+    plugin_names,
+    plugin_source,
+)
+
+log = logging.getLogger(__name__)
 
 
 class AlgorithmRegistry(dict):
@@ -105,11 +115,33 @@ def get_algorithm(name: str) -> type[Algorithm]:
     try:
         return REGISTRY[name]
     except KeyError:
-        known = [*REGISTRY, *(n for n in plugin_names("algorithm") if n not in REGISTRY)]
+        known = [*REGISTRY]
+        known += [n for n in plugin_names("algorithm") if not dict.__contains__(REGISTRY, n)]
         raise ConfigError(
             f"unknown algorithm {name!r}{did_you_mean(name, known)}; choose one of: "
             f"{', '.join(known)} (or a plug-in as package.module:Class)"
         ) from None
+
+
+def origin_of(name: str) -> str:
+    """Where algorithm ``name`` comes from: built-in, plug-in (its package) or registered."""
+    if name in BUILTINS:
+        return "built-in"
+    if name in plugin_names("algorithm"):
+        return f"plug-in {plugin_source('algorithm', name)}"
+    return "import path" if is_import_path(name) else "registered"
+
+
+def all_algorithms() -> dict[str, type[Algorithm]]:
+    """Built-in, registered and installed plug-in algorithms (a broken plug-in is a one-line
+    warning and left out)."""
+    for name in plugin_names("algorithm"):
+        if not dict.__contains__(REGISTRY, name):
+            try:
+                REGISTRY[name]
+            except ConfigError as exc:
+                log.warning("%s", exc)
+    return dict(REGISTRY)
 
 
 def register_algorithm(

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
-from fedshift.plugins import load_plugin
+from fedshift.plugins import load_plugin, plugin_names, plugin_source
 
 SPLITS = ("train", "val", "test")
 #: shares of a domain given as one split that become validation and test data
@@ -250,6 +250,14 @@ def _materialize(name: str, data: Any, seed: int) -> DomainDataset:
 def registered_datasets() -> dict[str, str]:
     """Name -> description of the datasets added by :func:`register_dataset`."""
     return {name: desc for name, (_, desc) in _REGISTERED.items()}
+
+
+def custom_datasets() -> dict[str, str]:
+    """Name -> origin of the registered and installed plug-in datasets (nothing is loaded)."""
+    out = {name: "registered" for name in _REGISTERED}
+    for name in plugin_names("dataset"):
+        out.setdefault(name, f"plug-in {plugin_source('dataset', name)}")
+    return out
 
 
 def load_custom_dataset(name: str, seed: int = 0) -> DomainDataset | None:

@@ -9,12 +9,19 @@ A name is a built-in, one added by :func:`register_model`, a plug-in (entry poin
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from collections.abc import Callable
 from functools import partial
 
 from fedshift.core.errors import ConfigError
-from fedshift.plugins import is_import_path, load_import_path, load_plugin
+from fedshift.plugins import (
+    is_import_path,
+    load_import_path,
+    load_plugin,
+    plugin_names,
+    plugin_source,
+)
 
 from .base import FedModel
 from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
@@ -29,6 +36,8 @@ __all__ = [
     "build_model",
     "register_model",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "cnn"
 
@@ -117,6 +126,26 @@ def find_builder(name: str) -> Callable[..., FedModel] | None:
         raise ConfigError(f"model {name!r} is {builder!r}, not a callable model builder")
     _BUILDERS[name] = builder
     return builder
+
+
+def all_models() -> dict[str, tuple[str, str]]:
+    """Name -> (description, origin) of the built-in, registered and plug-in models (a broken
+    plug-in is a one-line warning and left out)."""
+    out = {
+        name: (desc, "built-in" if name in BUILTIN_MODELS else "registered")
+        for name, desc in MODELS.items()
+    }
+    for name in plugin_names("model"):
+        if name in out:
+            continue
+        try:
+            builder = find_builder(name)
+        except ConfigError as exc:
+            log.warning("%s", exc)
+            continue
+        desc = (getattr(builder, "__doc__", None) or "").strip().split("\n")[0]
+        out[name] = (desc, f"plug-in {plugin_source('model', name)}")
+    return out
 
 
 def _options_of(name: str) -> list[str]:
