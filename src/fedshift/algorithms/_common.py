@@ -4,6 +4,7 @@ supervised and segmentation local objectives and FedAvg's round."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,8 +33,14 @@ def model_record(model: torch.nn.Module, prefix: str = "model") -> Record:
 
 
 def model_from_record(ctx: ClientContext, record: Record, prefix: str = "model") -> torch.nn.Module:
-    """Build the client's model and load the weights sent under ``prefix``."""
-    model = ctx.build_model()
+    """Build the client's model and load the weights sent under ``prefix``.
+
+    The module is leased from the client's model builder where it offers leases (a module
+    reused across client calls, see :class:`~fedshift.engine.assembly.ModelBuilder`): every
+    weight is overwritten here and the caller keeps only copies of its tensors.
+    """
+    lease = getattr(ctx.build_model, "lease", None)
+    model = lease() if lease is not None else ctx.build_model()
     model.load_state_dict(record.subset(prefix))
     return model.to(ctx.device)
 
@@ -208,3 +215,26 @@ def weighted_metric(replies: dict[int, Record], key: str) -> float:
     ]
     total = sum(w for _, w in pairs)
     return sum(v * w for v, w in pairs) / total if total else float("nan")
+
+
+@dataclass
+class SupervisedPlan:
+    """One client's share of a vectorized ``train`` call (see
+    :mod:`fedshift.engine.vectorized`): cross-entropy SGD for ``epochs`` epochs on the
+    client's labeled training split, exactly as :func:`train_supervised` does it, from the
+    weights ``start`` (a full state dict), with ``mu``/2·‖w − ``start``‖² added over the
+    trainable parameters when ``mu`` > 0 (FedProx). ``finish(weights, metrics)`` turns the
+    trained state dict and the reply metrics of :func:`local_metrics` into the reply.
+    """
+
+    start: dict[str, torch.Tensor]
+    finish: Callable[[dict[str, torch.Tensor], dict[str, float]], Record]
+    mu: float = 0.0
+    epochs: int | None = None
+
+
+def reply_with_model(weights: dict[str, torch.Tensor], metrics: dict[str, float]) -> Record:
+    """The reply of FedAvg's ``train`` task: the trained model under ``model``, and metrics."""
+    reply = Record().with_arrays("model", weights)
+    reply.metrics.update(metrics)
+    return reply

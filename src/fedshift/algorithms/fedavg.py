@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from fedshift.algorithms._common import (
+    SupervisedPlan,
     averaging_round,
     model_from_record,
     model_record,
+    reply_with_model,
     train_segmentation,
     train_supervised,
 )
@@ -30,6 +32,7 @@ class FedAvg(Algorithm):
     Hparams = NoHparams
     shares = {"model": Kind.MODEL}
     problems = ("classification", "segmentation")
+    batchable = ("train",)
 
     def round(self, state: ServerState, fed: Federation):
         return averaging_round(state, fed)
@@ -37,6 +40,19 @@ class FedAvg(Algorithm):
     def local_penalty(self, ctx: ClientContext, record: Record):
         """Extra term of the local objective; None for plain FedAvg."""
         return None
+
+    def batch_plan(self, task: str, ctx: ClientContext, record: Record) -> SupervisedPlan | None:
+        """The ``train`` task of plain supervised FedAvg (a subclass that changes the task
+        or the local objective runs sequentially unless it says otherwise)."""
+        cls = type(self)
+        if (
+            task != "train"
+            or self.run.problem != "classification"
+            or cls.train is not FedAvg.train
+            or cls.local_penalty is not FedAvg.local_penalty
+        ):
+            return None
+        return SupervisedPlan(start=record.subset("model"), finish=reply_with_model)
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedshift.algorithms._common import proximal_penalty
+from fedshift.algorithms._common import SupervisedPlan, proximal_penalty, reply_with_model
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.core.context import ClientContext
 from fedshift.core.hparams import BaseHparams, check_ranges
@@ -35,3 +35,15 @@ class FedProx(FedAvg):
     def local_penalty(self, ctx: ClientContext, record: Record):
         anchor = {k: v.to(ctx.device) for k, v in record.subset("model").items()}
         return proximal_penalty(anchor, self.hp.mu)
+
+    def batch_plan(self, task: str, ctx: ClientContext, record: Record) -> SupervisedPlan | None:
+        """FedAvg's supervised ``train`` task with the proximal term towards the sent model."""
+        cls = type(self)
+        if (
+            task != "train"
+            or self.run.problem != "classification"
+            or cls.train is not FedAvg.train
+            or cls.local_penalty is not FedProx.local_penalty
+        ):
+            return None
+        return SupervisedPlan(start=record.subset("model"), finish=reply_with_model, mu=self.hp.mu)

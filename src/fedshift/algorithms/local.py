@@ -6,7 +6,12 @@ from typing import Any
 
 import torch
 
-from fedshift.algorithms._common import state_dict_cpu, train_supervised, weighted_metric
+from fedshift.algorithms._common import (
+    SupervisedPlan,
+    state_dict_cpu,
+    train_supervised,
+    weighted_metric,
+)
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
@@ -28,6 +33,7 @@ class Local(Algorithm):
     Hparams = NoHparams
     shares = {}
     personal = True
+    batchable = ("train",)
 
     def init_state(self) -> ServerState:
         return ServerState()
@@ -42,6 +48,20 @@ class Local(Algorithm):
         model = self.run.build_model()
         model.load_state_dict(client_state["model"])
         return model
+
+    def batch_plan(self, task: str, ctx: ClientContext, record: Record) -> SupervisedPlan | None:
+        """Each client's ``train`` task from its own model (the seeded initialization at first)."""
+        if task != "train" or type(self).train is not Local.train:
+            return None
+        start = ctx.state.get("model")
+        if start is None:
+            start = state_dict_cpu(ctx.build_model())
+
+        def finish(weights: dict[str, torch.Tensor], metrics: dict[str, float]) -> Record:
+            ctx.state["model"] = weights
+            return Record(metrics=metrics)
+
+        return SupervisedPlan(start=start, finish=finish)
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

@@ -72,6 +72,9 @@ class Algorithm:
     needs_pretrained_backbone: ClassVar[bool] = False
     #: the model a run of this algorithm uses unless it names one (e.g. FACT's own split)
     default_model: ClassVar[str] = ""
+    #: client tasks whose calls may run many clients at once (``vectorize``); the class
+    #: describes one client's share with :meth:`batch_plan`
+    batchable: ClassVar[tuple[str, ...]] = ()
     _tasks: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -144,6 +147,12 @@ class Algorithm:
     @classmethod
     def task_names(cls) -> list[str]:
         return sorted(cls._tasks)
+
+    def batch_plan(self, task: str, ctx: ClientContext, record: Record) -> Any:
+        """One client's share of a vectorized call of a ``batchable`` task (a plan the
+        engine's vectorized executor knows, e.g. ``SupervisedPlan``), or None to run this
+        call sequentially."""
+        return None
 
     def run_task(self, name: str, ctx: ClientContext, record: Record) -> Record:
         attr = self._tasks.get(name)

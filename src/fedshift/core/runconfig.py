@@ -22,6 +22,7 @@ PARTITIONS = ("iid", "dirichlet", "nway-kshot")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
 FAILURE_POLICIES = ("strict", "dynamic", "resilient")
+VECTORIZE = ("auto", "off", "on")
 #: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
 PROTOCOLS: dict[str, str] = {
     "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
@@ -74,6 +75,13 @@ class RunConfig:
     failure_policy: str = "dynamic"
     min_clients: int = 1
     eval_every: int = 1
+    eval_batch_size: int = 0  # samples per forward pass when scoring; 0: 1000 (Dice: 500)
+    # personal models (Ditto's, PerAda's v_k) scored every N rounds and in the last;
+    # 0: every round up to 100 clients, every 10th round beyond
+    personal_eval_every: int = 0
+    checkpoint_every: int = 1  # save a checkpoint every N rounds and after the last
+    # run a call's clients together (vmap) where a task allows: on, off, auto (on with CUDA)
+    vectorize: str = "auto"
     algo: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,6 +152,10 @@ def check_run_values(cfg: RunConfig) -> None:
     check_choice("device", cfg.device, DEVICES)
     check_choice("failure_policy", cfg.failure_policy, FAILURE_POLICIES)
     check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
+    check_choice("vectorize", cfg.vectorize, VECTORIZE)
+    for key in ("personal_eval_every", "eval_batch_size"):
+        if getattr(cfg, key) < 0:
+            raise ConfigError(f"{key} must be >= 0 (0: automatic), got {getattr(cfg, key)}")
     for item in dataclasses.fields(cfg):
         value = getattr(cfg, item.name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -154,6 +166,7 @@ def check_run_values(cfg: RunConfig) -> None:
         "batch_size",
         "clients_per_domain",
         "eval_every",
+        "checkpoint_every",
         "min_clients",
     ):
         if getattr(cfg, key) < 1:

@@ -25,3 +25,16 @@ def torch_generator(*parts: object) -> torch.Generator:
 
 def numpy_generator(*parts: object) -> np.random.Generator:
     return np.random.default_rng(derive_seed(*parts))
+
+
+def seed_torch(seed: int, device: torch.device) -> None:
+    """Seed torch's global RNG for work on ``device``.
+
+    On the CPU this seeds the CPU generator directly: the same numbers as
+    ``torch.manual_seed``, without its lazy CUDA seeding, which formats the Python stack on
+    every call (a measurable share of a client call with hundreds of clients).
+    """
+    if device.type == "cpu":
+        torch.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)

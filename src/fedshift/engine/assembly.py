@@ -59,10 +59,55 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None =
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
-    def build() -> torch.nn.Module:
-        return copy.deepcopy(template)
+    return ModelBuilder(template)
 
-    return build
+
+class ModelBuilder:
+    """Builds copies of one seeded template model (one architecture).
+
+    Calling it returns a fresh deep copy, as algorithms expect. :meth:`lease` hands out a
+    module kept from an earlier client call instead (about 6x cheaper than a deep copy of the
+    digit CNN): inside :meth:`leasing` each lease is a distinct module, reset to the
+    template's trainable flags and training mode with no gradients, and all of them return
+    to the pool when the call ends. The caller must load every weight (``load_state_dict``)
+    and keep no reference to the module or its tensors past the call.
+    """
+
+    def __init__(self, template: torch.nn.Module):
+        self.template = template
+        self._free: list[torch.nn.Module] = []
+        self._leased: list[torch.nn.Module] | None = None
+
+    def __call__(self) -> torch.nn.Module:
+        return copy.deepcopy(self.template)
+
+    @contextlib.contextmanager
+    def leasing(self):
+        """The scope of one client call: modules leased in it are reused afterwards."""
+        outer, self._leased = self._leased, []
+        try:
+            yield self
+        finally:
+            self._free.extend(self._leased)
+            self._leased = outer
+
+    def lease(self) -> torch.nn.Module:
+        """A module with the template's architecture whose weights the caller overwrites;
+        a fresh deep copy outside :meth:`leasing`."""
+        if self._leased is None:
+            return self()
+        model = self._free.pop() if self._free else self()
+        self._reset(model)
+        self._leased.append(model)
+        return model
+
+    def _reset(self, model: torch.nn.Module) -> None:
+        flags = [p.requires_grad for p in self.template.parameters()]
+        for param, flag in zip(model.parameters(), flags, strict=True):
+            param.grad = None
+            param.requires_grad_(flag)
+        for module, original in zip(model.modules(), self.template.modules(), strict=True):
+            module.training = original.training
 
 
 def client_model_builders(

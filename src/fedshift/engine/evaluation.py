@@ -3,6 +3,7 @@ model, and each client's personal model where the algorithm keeps one."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,15 @@ ScoreClients = Callable[[bool], dict[int, ClientScores]]
 DOMAIN_SCORE = "domain."
 
 
+def scorer(exp: Experiment) -> Callable[..., float]:
+    """The run's score of a model on a split: accuracy, or Dice for segmentation, in
+    batches of ``eval_batch_size`` samples (0: the metric's own default)."""
+    score = dice if exp.cfg.problem == "segmentation" else accuracy
+    if exp.cfg.eval_batch_size > 0:
+        return functools.partial(score, batch_size=exp.cfg.eval_batch_size)
+    return score
+
+
 def client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> ClientScores | None:
     """Scores of ``ctx``'s personal model (None if it keeps none): ``val`` and ``test`` on
     its own shares and, ``with_domains``, ``domain.<name>`` on every domain's test split.
@@ -32,7 +42,7 @@ def client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> Cl
     model = personal_model(algo, ctx)
     if model is None:
         return None
-    score = dice if exp.cfg.problem == "segmentation" else accuracy
+    score = scorer(exp)
     client = next(c for c in exp.scenario.clients if c.client_id == ctx.client_id)
     out = {
         "val": score(model, client.val, device, algo.predict),
@@ -44,7 +54,25 @@ def client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> Cl
     return out
 
 
-def evaluate(exp: Experiment, state: ServerState, score_clients: ScoreClients) -> dict[str, Any]:
+#: clients beyond which personal models kept beside a global one are scored every
+#: :data:`MANY_CLIENTS_PERSONAL_EVERY` rounds unless ``personal_eval_every`` says otherwise
+MANY_CLIENTS = 100
+MANY_CLIENTS_PERSONAL_EVERY = 10
+
+
+def personal_eval_every(cfg, num_clients: int) -> int:
+    """Every how many rounds kept personal models are scored: ``cfg.personal_eval_every``,
+    or with 0 (auto) every round up to :data:`MANY_CLIENTS` clients and every
+    :data:`MANY_CLIENTS_PERSONAL_EVERY` rounds beyond (scoring each client's model on its
+    own test share costs one forward pass per client)."""
+    if cfg.personal_eval_every > 0:
+        return cfg.personal_eval_every
+    return 1 if num_clients <= MANY_CLIENTS else MANY_CLIENTS_PERSONAL_EVERY
+
+
+def evaluate(
+    exp: Experiment, state: ServerState, score_clients: ScoreClients, *, personal: bool = True
+) -> dict[str, Any]:
     """Target and per-domain test accuracy, and source-validation accuracy.
 
     Global methods are evaluated with their global model; personal methods (``local``)
@@ -55,11 +83,13 @@ def evaluate(exp: Experiment, state: ServerState, score_clients: ScoreClients) -
     PerAda) report those as ``personalized_accuracy``. With ``problem = "segmentation"`` every
     "accuracy" is the mean per-image Dice, repeated as ``target_dice`` / ``per_domain_dice``.
     ``score_clients`` scores personal models where they live (the federation's
-    :meth:`~fedshift.engine.federation.BaseFederation.score_clients`).
+    :meth:`~fedshift.engine.federation.BaseFederation.score_clients`). With ``personal``
+    False, the personal models kept beside a global model are not scored this round
+    (``personal_eval_every``); personal methods and per-client scenarios always are.
     """
     algo, device = exp.algorithm, exp.device
     domain_names = exp.dataset.domain_names
-    score = dice if exp.cfg.problem == "segmentation" else accuracy  # Dice: segmentation
+    score = scorer(exp)  # Dice: segmentation
     if algo.personal:
         scores = [s for _, s in sorted(score_clients(True).items())]
         if not scores:
@@ -90,7 +120,7 @@ def evaluate(exp: Experiment, state: ServerState, score_clients: ScoreClients) -
     out["per_domain_accuracy"] = per_domain
     if exp.scenario.per_client and not algo.personal:
         out.update(global_model_on_clients(exp.scenario.clients, model, device, algo.predict))
-    if not algo.personal and algo.keeps_client_models():
+    if not algo.personal and algo.keeps_client_models() and (personal or exp.scenario.per_client):
         out.update(kept_personal_accuracy(score_clients))
     if exp.scenario.per_client:
         out["target_accuracy"] = out["personalized_accuracy"]

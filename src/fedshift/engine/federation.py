@@ -6,6 +6,7 @@ where the client states live.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,7 @@ from fedshift.core.context import ClientContext
 from fedshift.core.errors import RoundFailed
 from fedshift.core.federation import Federation
 from fedshift.core.record import Kind, Record, share_key
-from fedshift.core.seeding import derive_seed, numpy_generator
+from fedshift.core.seeding import derive_seed, numpy_generator, seed_torch
 from fedshift.engine.assembly import Experiment
 from fedshift.engine.evaluation import ClientScores
 
@@ -92,8 +93,9 @@ def run_client_task(
         metrics=dict(sent.metrics),
     )
     devices = [ctx.device] if ctx.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(derive_seed(seed, "torch", ctx.client_id, round_, call_index))
+    leasing = getattr(ctx.build_model, "leasing", contextlib.nullcontext)
+    with torch.random.fork_rng(devices=devices), leasing():
+        seed_torch(derive_seed(seed, "torch", ctx.client_id, round_, call_index), ctx.device)
         return algorithm.run_task(task, ctx, record)
 
 

@@ -25,7 +25,7 @@ from fedshift.core.state import (
 )
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import Experiment, prepare
-from fedshift.engine.evaluation import evaluate
+from fedshift.engine.evaluation import evaluate, personal_eval_every
 from fedshift.engine.federation import BaseFederation
 from fedshift.engine.rundir import check_run_dir, claim_run_dir, read_json_file, settle_run_dir
 from fedshift.engine.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
@@ -54,6 +54,9 @@ def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
     more rounds than saved extend the run)."""
     saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     now = cfg.to_dict()
+    defaults = RunConfig().to_dict()
+    # a key added after the checkpoint was written: the run used its default
+    saved.update({k: defaults[k] for k in now if k not in saved and k in defaults})
     extends = isinstance(saved.get("rounds"), int) and now["rounds"] > saved["rounds"]
     diffs = [
         k
@@ -159,14 +162,17 @@ class Runner:
             entry: dict[str, Any] = {"round": round_}
             entry.update({k: float(v) for k, v in train_metrics.items()})
             if round_ % cfg.eval_every == 0 or round_ == cfg.rounds:
-                entry.update(evaluate(self.exp, state, fed.score_clients))
+                every = personal_eval_every(cfg, len(self.exp.contexts))
+                personal = round_ % every == 0 or round_ == cfg.rounds
+                entry.update(evaluate(self.exp, state, fed.score_clients, personal=personal))
             entry["bytes_up"] = fed.bytes_up
             entry["bytes_down"] = fed.bytes_down
             entry["failed_clients"] = len(fed.failures)
             wall += time.perf_counter() - t0
             entry["seconds"] = round(time.perf_counter() - t0, 3)
             history.append(entry)
-            self._save(round_, state, history, wall)
+            if round_ % cfg.checkpoint_every == 0 or round_ == cfg.rounds:
+                self._save(round_, state, history, wall)
             self._append_metrics(entry)
             bar.update(1)
             bar.set_postfix(

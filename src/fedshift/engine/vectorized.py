@@ -1,0 +1,233 @@
+"""Vectorized clients: one call of a batchable task runs all its clients together.
+
+The clients' weights are stacked along a new leading dimension and one forward/backward pass
+of ``torch.func.vmap`` over ``torch.func.functional_call`` trains them all: per-client
+BatchNorm buffers, per-client SGD state (momentum, weight decay, applied functionally on the
+stacked tensors with the same elementwise operations as ``torch.optim.SGD``) and per-client
+batch orders (each client draws its batches from its own seeded generator exactly as its
+sequential run does). Clients whose batches differ in size at a step (the last, short batch;
+clients with fewer samples) are bucketed by batch size, so no padding enters BatchNorm's
+statistics. The replies equal sequential execution up to floating-point reduction order.
+
+What runs here is described by the algorithm (:meth:`~fedshift.core.algorithm.Algorithm.
+batch_plan`); anything it cannot describe, or a model with random layers, runs sequentially.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, vmap
+
+from fedshift.algorithms._common import SupervisedPlan, local_metrics
+from fedshift.core.algorithm import Algorithm
+from fedshift.core.context import ClientContext
+from fedshift.core.record import Record
+from fedshift.core.seeding import derive_seed
+
+#: modules that draw random numbers in training: their streams are not per client under vmap
+RANDOM_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d)
+MODES = ("auto", "off", "on")
+
+
+def vectorize_enabled(mode: str, device: torch.device) -> bool:
+    """``vectorize`` = on, off or auto (on with CUDA, where it pays; the CPU keeps the
+    bit-exact sequential path by default)."""
+    if mode not in MODES:
+        raise ValueError(f"vectorize must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode == "on" or (mode == "auto" and device.type == "cuda")
+
+
+@dataclass
+class _Stack:
+    """The stacked state of a group of clients of one architecture."""
+
+    params: dict[str, torch.Tensor]  # trainable parameters, (clients, ...)
+    frozen: dict[str, torch.Tensor]  # parameters that do not train
+    buffers: dict[str, torch.Tensor]  # BatchNorm running statistics and counters
+    momentum: dict[str, torch.Tensor]
+    has_momentum: torch.Tensor  # (clients,) bool: SGD's buffer exists (first step clones)
+
+
+def run_vectorized(
+    algorithm: Algorithm,
+    contexts: Mapping[int, ClientContext],
+    task: str,
+    sends: Mapping[int, Record],
+    *,
+    seed: int,
+    round_: int,
+    call_index: int,
+    total_rounds: int,
+) -> dict[int, Record] | None:
+    """Run ``task`` on every client of ``sends`` at once; None when it must run sequentially
+    (the algorithm gave no plan for a client, clients differ in architecture, device or
+    settings, or the model has random layers)."""
+    if task not in algorithm.batchable or len(sends) < 2:
+        return None
+    ctxs = [contexts[cid] for cid in sends]
+    builders = {id(ctx.build_model) for ctx in ctxs}
+    template = getattr(ctxs[0].build_model, "template", None)
+    first = ctxs[0]
+    if (
+        len(builders) != 1
+        or template is None
+        or any(isinstance(m, RANDOM_MODULES) for m in template.modules())
+        or any(ctx.role != "source" for ctx in ctxs)
+        or any(ctx.device != first.device or ctx.train_cfg != first.train_cfg for ctx in ctxs)
+        or first.train_cfg.optimizer != "sgd"
+    ):
+        return None
+    plans: list[SupervisedPlan] = []
+    for cid, ctx in zip(sends, ctxs, strict=True):
+        ctx.round = round_
+        ctx.total_rounds = total_rounds
+        ctx.rng = torch.Generator().manual_seed(
+            derive_seed(seed, "client", cid, round_, call_index)
+        )
+        plan = algorithm.batch_plan(task, ctx, sends[cid])
+        if not isinstance(plan, SupervisedPlan):
+            return None
+        plans.append(plan)
+    if len({(p.mu, p.epochs) for p in plans}) != 1:
+        return None
+    results = train_supervised_stacked(template, ctxs, plans)
+    return {
+        cid: plan.finish(weights, metrics)
+        for cid, plan, (weights, metrics) in zip(sends, plans, results, strict=True)
+    }
+
+
+def _trained_batches(
+    ctx: ClientContext, epochs: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches :func:`~fedshift.algorithms._common.fit` trains on, in its order."""
+    for _ in range(epochs):
+        for x, y in ctx.train.batches(ctx.train_cfg.batch_size, ctx.rng):
+            if len(x) >= 2:
+                yield x, y
+
+
+def train_supervised_stacked(
+    template: torch.nn.Module, ctxs: list[ClientContext], plans: list[SupervisedPlan]
+) -> list[tuple[dict[str, torch.Tensor], dict[str, float]]]:
+    """:func:`~fedshift.algorithms._common.train_supervised` for every client at once;
+    each client's trained state dict (CPU) and reply metrics."""
+    cfg, device = ctxs[0].train_cfg, ctxs[0].device
+    mu = plans[0].mu
+    epochs = cfg.local_epochs if plans[0].epochs is None else plans[0].epochs
+    module = copy.deepcopy(template).to(device).train()
+    names = list(template.state_dict())
+    trainable = [n for n, p in template.named_parameters() if p.requires_grad]
+    frozen = [n for n, p in template.named_parameters() if not p.requires_grad]
+    buffer_names = [n for n in names if n not in trainable and n not in frozen]
+
+    def stacked(keys: list[str]) -> dict[str, torch.Tensor]:
+        return {k: torch.stack([p.start[k].to(device) for p in plans]) for k in keys}
+
+    stack = _Stack(
+        params=stacked(trainable),
+        frozen=stacked(frozen),
+        buffers=stacked(buffer_names),
+        momentum={},
+        has_momentum=torch.zeros(len(plans), dtype=torch.bool, device=device),
+    )
+    stack.momentum = {k: torch.zeros_like(v) for k, v in stack.params.items()}
+    anchor = {k: v.clone() for k, v in stack.params.items()} if mu > 0 else {}
+
+    def client_loss(params, frozen_params, buffers, x, y, anchor_params):
+        out = functional_call(module, {**params, **frozen_params, **buffers}, (x,))
+        loss = F.cross_entropy(out, y)
+        if mu > 0:
+            terms = [(params[n] - anchor_params[n]).pow(2).sum() for n in trainable]
+            loss = loss + 0.5 * mu * torch.stack(terms).sum()
+        return loss
+
+    batched_loss = vmap(client_loss)
+    loss_sums = torch.zeros(len(plans), dtype=torch.float64)
+    seen = [0] * len(plans)
+    streams = [_trained_batches(ctx, epochs) for ctx in ctxs]
+    live = list(range(len(plans)))
+    while live:
+        step: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for i in list(live):
+            batch = next(streams[i], None)
+            if batch is None:
+                live.remove(i)
+            else:
+                step[i] = batch
+        by_size: dict[int, list[int]] = {}
+        for i, (x, _) in step.items():
+            by_size.setdefault(len(x), []).append(i)
+        for size, members in by_size.items():
+            x = torch.stack([step[i][0] for i in members])
+            y = torch.stack([step[i][1] for i in members])
+            losses = _sgd_step(stack, members, len(plans), batched_loss, x, y, anchor, cfg)
+            loss_sums.index_add_(0, torch.tensor(members), losses.double().cpu() * size)
+            for i in members:
+                seen[i] += size
+    results = []
+    for i, ctx in enumerate(ctxs):
+        every = {**stack.params, **stack.frozen, **stack.buffers}
+        weights = {k: every[k][i].detach().to("cpu").clone() for k in names}
+        results.append((weights, local_metrics(ctx, seen[i], loss=float(loss_sums[i]))))
+    return results
+
+
+def _sgd_step(
+    stack: _Stack,
+    members: list[int],
+    total: int,
+    batched_loss,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    anchor: dict[str, torch.Tensor],
+    cfg,
+) -> torch.Tensor:
+    """One SGD step of the clients ``members`` on their batches ``x``, ``y`` (stacked);
+    their losses. The update is ``torch.optim.SGD``'s (no dampening, not Nesterov)."""
+    everyone = members == list(range(total))
+    index = torch.tensor(members, device=x.device)
+
+    def pick(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return tensors if everyone else {k: v.index_select(0, index) for k, v in tensors.items()}
+
+    params = {k: v.detach().requires_grad_(True) for k, v in pick(stack.params).items()}
+    buffers = pick(stack.buffers)  # BatchNorm updates these in place
+    losses = batched_loss(params, pick(stack.frozen), buffers, x, y, pick(anchor))
+    grads = torch.autograd.grad(losses.sum(), list(params.values()))
+    had = stack.has_momentum[index]
+    with torch.no_grad():
+        for (key, param), grad in zip(params.items(), grads, strict=True):
+            d_p = grad.add(param, alpha=cfg.weight_decay) if cfg.weight_decay else grad
+            if cfg.momentum:
+                old = (
+                    stack.momentum[key] if everyone else stack.momentum[key].index_select(0, index)
+                )
+                shape = (-1,) + (1,) * (d_p.dim() - 1)
+                buf = torch.where(had.view(shape), old.mul(cfg.momentum).add(d_p), d_p)
+                _put(stack.momentum, key, buf, index, everyone)
+                d_p = buf
+            _put(stack.params, key, param.detach().add(d_p, alpha=-cfg.lr), index, everyone)
+        if not everyone:
+            for key, value in buffers.items():
+                stack.buffers[key].index_copy_(0, index, value)
+        stack.has_momentum[index] = True
+    return losses.detach()
+
+
+def _put(
+    tensors: dict[str, torch.Tensor],
+    key: str,
+    value: torch.Tensor,
+    index: torch.Tensor,
+    everyone: bool,
+) -> None:
+    if everyone:
+        tensors[key] = value
+    else:
+        tensors[key].index_copy_(0, index, value)

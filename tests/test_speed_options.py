@@ -1,0 +1,108 @@
+"""Options that cut per-round cost at scale: ``checkpoint_every`` (resume still bit-exact),
+``personal_eval_every``, ``eval_batch_size``, and a model builder that reuses modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import cfg, read_history
+
+from fedshift.algorithms._common import model_from_record, state_dict_cpu
+from fedshift.core.errors import ConfigError
+from fedshift.core.record import Record
+from fedshift.core.state import load_checkpoint
+from fedshift.engine.assembly import prepare
+from fedshift.engine.evaluation import personal_eval_every
+from fedshift.engine.runner import Runner, check_resume_config
+
+
+def run(tmp_path, name, dataset, algorithm, **kw):
+    settings = kw.pop("settings", {})
+    exp = prepare(cfg(algorithm, **{"rounds": 4, **settings}), dataset=dataset)
+    return Runner(exp, tmp_path / name, progress=False).run(**kw)
+
+
+def without_timing(rows):
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in rows]
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "ditto"])
+def test_checkpoint_every_n_rounds_resumes_bit_exact(tmp_path, micro_digits, algorithm):
+    """Killed after round 3 with a checkpoint every 2 rounds: the resumed run replays round 3
+    from the round-2 checkpoint and ends identical to a straight run."""
+    every = {"checkpoint_every": 2}
+    straight = run(tmp_path, "a", micro_digits, algorithm, settings=every)
+    assert run(tmp_path, "b", micro_digits, algorithm, settings=every, stop_after=3) == {}
+    assert load_checkpoint(tmp_path / "b" / "checkpoint.pt")["round"] == 2
+    resumed = run(tmp_path, "b", micro_digits, algorithm, settings=every, resume=True)
+    assert resumed["target_accuracy"] == straight["target_accuracy"]
+    a = without_timing(read_history(tmp_path / "a"))
+    assert a == without_timing(read_history(tmp_path / "b"))
+    assert len(a) == 4
+    final_a = load_checkpoint(tmp_path / "a" / "checkpoint.pt")
+    final_b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
+    assert final_a["round"] == final_b["round"] == 4
+    for name, tensor in final_a["server"]["model"].items():
+        assert torch.equal(final_b["server"]["model"][name], tensor)
+    for cid, state in final_a["clients"].items():
+        for key, weights in state.items():
+            for name, tensor in weights.items():
+                assert torch.equal(final_b["clients"][cid][key][name], tensor)
+    assert any(final_a["clients"].values()) == (algorithm == "ditto")
+
+
+def test_personal_models_scored_every_n_rounds_and_in_the_last(tmp_path, micro_digits):
+    run(tmp_path, "d", micro_digits, "ditto", settings={"personal_eval_every": 3})
+    rows = read_history(tmp_path / "d")
+    assert ["personalized_accuracy" in row for row in rows] == [False, False, True, True]
+    assert all("target_accuracy" in row for row in rows)
+
+
+def test_personal_eval_every_default_follows_the_number_of_clients():
+    base = cfg("ditto")
+    assert personal_eval_every(base, 12) == 1
+    assert personal_eval_every(base, 600) == 10
+    assert personal_eval_every(cfg("ditto", personal_eval_every=4), 12) == 4
+
+
+def test_eval_batch_size_does_not_change_accuracy(tmp_path, micro_digits):
+    plain = run(tmp_path, "p", micro_digits, "fedavg", settings={"rounds": 1})
+    small = run(tmp_path, "s", micro_digits, "fedavg", settings={"rounds": 1, "eval_batch_size": 7})
+    assert plain["per_domain_accuracy"] == small["per_domain_accuracy"]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["checkpoint_every=0", "personal_eval_every=-1", "vectorize=fast", "eval_batch_size=-2"],
+)
+def test_bad_values_are_config_errors(setting):
+    key, value = setting.split("=")
+    with pytest.raises(ConfigError, match=key):
+        cfg("fedavg", **{key: value})
+
+
+def test_a_checkpoint_from_before_the_new_keys_still_resumes():
+    now = cfg("fedavg")
+    saved = now.to_dict()
+    for key in ("checkpoint_every", "personal_eval_every", "eval_batch_size", "vectorize"):
+        del saved[key]
+    check_resume_config(saved, now)
+
+
+def test_leased_models_are_distinct_in_a_call_and_reused_after_it(micro_digits):
+    exp = prepare(cfg("fedavg"), dataset=micro_digits)
+    ctx = next(iter(exp.contexts.values()))
+    sent = Record().with_arrays("model", state_dict_cpu(ctx.build_model()))
+    with ctx.build_model.leasing():
+        first = model_from_record(ctx, sent)
+        second = model_from_record(ctx, sent)
+        assert first is not second
+        next(first.parameters()).requires_grad_(False)
+        first.eval()
+        first(torch.zeros(2, 3, 32, 32)).sum()
+    with ctx.build_model.leasing():
+        again = model_from_record(ctx, sent)
+        assert again is first or again is second
+        assert all(p.requires_grad and p.grad is None for p in again.parameters())
+        assert again.training
+    assert model_from_record(ctx, sent) not in (first, second)
