@@ -119,7 +119,7 @@ def _run_task(message: Message, context: Context, control: dict, task: str) -> M
 
 
 #: seconds a task may run beyond the server's round timeout before its process gives up
-GRACE = 30.0
+GRACE = 5.0
 
 
 @contextlib.contextmanager
