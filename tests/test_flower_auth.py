@@ -3,7 +3,8 @@
 The SuperLink runs with TLS and ``--enable-supernode-auth``; one SuperNode's public key is
 registered with ``flwr supernode register``, another's is not. The registered node is
 accepted and listed online; the unregistered one is refused and never gets a node id.
-The certificates and keys are made by the test (``cryptography``), nothing is downloaded.
+The certificates and keys come from ``deploy/flower/make-keys.sh`` (openssl, ssh-keygen),
+or from ``cryptography`` where those tools are missing; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -118,10 +119,17 @@ def test_only_registered_supernodes_connect(tmp_path_factory, digits_cache):
         pytest.skip("flower-superlink is not on PATH")
     cluster = Cluster(tmp_path_factory.mktemp("auth"), digits_cache)
     certs = cluster.root / "certs"
-    certs.mkdir()
-    tls = make_tls(certs)
-    registered_key, registered_pub = make_node_key(certs, "registered")
-    stranger_key, _ = make_node_key(certs, "stranger")
+    if shutil.which("openssl") and shutil.which("ssh-keygen"):  # the documented script
+        script = Path(__file__).resolve().parents[1] / "deploy" / "flower" / "make-keys.sh"
+        subprocess.run(["bash", str(script), str(certs), "127.0.0.1", "2"], check=True)
+        tls = {"ca": certs / "ca.crt", "cert": certs / "server.pem", "key": certs / "server.key"}
+        registered_key, registered_pub = certs / "supernode-0", certs / "supernode-0.pub"
+        stranger_key = certs / "supernode-1"
+    else:
+        certs.mkdir()
+        tls = make_tls(certs)
+        registered_key, registered_pub = make_node_key(certs, "registered")
+        stranger_key, _ = make_node_key(certs, "stranger")
     try:
         cluster.spawn(
             "superlink",
