@@ -5,8 +5,10 @@
                                       [--threads N] [--devices cpu,cuda]
 
 Round 1 is a warm-up (cuDNN picks its kernels, caches fill): the figure is the median of
-the later rounds' wall seconds, each including local training, aggregation, the evaluation
-on every domain and the checkpoint. The GPU's peak memory is printed next to it.
+the later rounds' ``seconds`` in metrics.jsonl, each including local training, aggregation
+and the evaluation on every domain, but not the checkpoint written after the round (see
+``benchmarks/throughput.py`` for the training round alone, side by side with a bare loop).
+The GPU's peak memory is printed next to it.
 """
 
 from __future__ import annotations
