@@ -272,3 +272,21 @@ def test_e2e_hostile_supernodes_never_crash_the_serverapp(tmp_path_factory, digi
     summary = json.loads((out / "summary.json").read_text())
     assert math.isfinite(summary["target_accuracy"])
     print(f"\nseconds per round with hostile nodes: {[h['seconds'] for h in history]}")
+
+
+def test_evaluate_replies_are_checked():
+    from fedshift.engine.flower.federation import score_problem
+
+    needed = {"val", "test"}
+    good = Record(metrics={"val": 0.5, "test": 1, "domain.mnist": 0.25})
+    assert score_problem(good, needed, True) is None
+    for metrics, problem in [
+        ({"val": "x", "test": 0.5}, "not a number"),
+        ({"val": 2.0, "test": 0.5}, "not a number in"),
+        ({"val": float("nan"), "test": 0.5}, "not a number in"),
+        ({"val": True, "test": 0.5}, "not a number"),
+        ({"val": 0.5}, "missing"),
+    ]:
+        assert problem in score_problem(Record(metrics=metrics), needed, False), metrics
+    assert "per-domain" in score_problem(Record(metrics={"val": 0.1, "test": 0.2}), needed, True)
+    assert "arrays" in score_problem(Record(arrays={"w": torch.zeros(1)}), needed, False)

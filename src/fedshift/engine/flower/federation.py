@@ -257,10 +257,27 @@ class FlowerFederation(BaseFederation):
         received, problems = self._exchange(EVALUATE, sends, -1, domains=with_domains)
         for cid, problem in problems.items():
             log.warning("round %s: client %s was not evaluated: %s", self.round, cid, problem)
-        scores = {cid: {k: float(v) for k, v in r.metrics.items()} for cid, r in received.items()}
         needed = {"val", "test"}
-        return {
-            cid: s
-            for cid, s in scores.items()
-            if needed <= s.keys() and (not with_domains or any(DOMAIN_SCORE in k for k in s))
-        }
+        scores: dict[int, ClientScores] = {}
+        for cid, reply in received.items():
+            problem = score_problem(reply, needed, with_domains)
+            if problem:
+                log.warning("round %s: client %s was not evaluated: %s", self.round, cid, problem)
+                continue
+            scores[cid] = {k: float(v) for k, v in reply.metrics.items()}
+        return scores
+
+
+def score_problem(reply: Record, needed: set[str], with_domains: bool) -> str | None:
+    """Why a node's evaluate reply cannot be used (scores are accuracies in [0, 1])."""
+    if reply.arrays:
+        return "an evaluate reply carries no arrays"
+    for key, value in reply.metrics.items():
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not is_number or not 0.0 <= float(value) <= 1.0:
+            return f"score {key!r} is {value!r}, not a number in [0, 1]"
+    if not needed <= reply.metrics.keys():
+        return f"scores {sorted(needed - reply.metrics.keys())} are missing"
+    if with_domains and not any(DOMAIN_SCORE in k for k in reply.metrics):
+        return "per-domain scores are missing"
+    return None
