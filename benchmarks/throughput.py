@@ -9,7 +9,9 @@ each), for
     bare         a bare sequential PyTorch loop: its own minimal data path (float tensors
                  prepared once), one module reset to the global weights per client
     flower-sim   Flower's simulation engine (flwr[simulation], Ray) running the same model,
-                 data and local work (only with ``--flower``, when flwr[simulation] imports)
+                 data and local work (only with ``--flower``, when flwr[simulation] imports;
+                 its rounds run in one ``run_simulation`` call after the others, so they are
+                 not interleaved: benchmarks/flower_simulation.py)
 
 Each repetition times one round of every method in turn (interleaved, after a warm-up
 round each), so machine load hits them alike; the table shows min and median over
@@ -188,14 +190,15 @@ def measure(
     return timings
 
 
-def flower_round_factory(exp: Experiment):
-    """Flower's simulation engine (Ray) on the same model, data and local work, or None."""
+def flower_timings(exp: Experiment, setting: Setting, repeats: int):
+    """Flower's simulation engine (Ray) on the same model, data and local work: its rounds
+    timed one after another inside its ServerApp; None when flwr[simulation] is missing."""
     try:
-        from flower_simulation import FlowerSimulationRound
+        from flower_simulation import flower_simulation_rounds
     except ImportError as exc:
         print(f"flower-sim: not measured ({exc})")
         return None
-    return FlowerSimulationRound(exp)
+    return flower_simulation_rounds(exp, setting, repeats)
 
 
 def table(clients: int, timings: dict[str, list[tuple[float, int]]]) -> list[str]:
@@ -276,11 +279,12 @@ def main(argv: list[str] | None = None) -> list[str]:
             "fused": FusedRound(exp),
             "bare": BareRound(exp),
         }
+        timings = measure(rounds, args.repeats, device)
         if args.flower:
-            flower = flower_round_factory(exp)
+            flower = flower_timings(exp, setting, args.repeats)
             if flower is not None:
-                rounds["flower-sim"] = flower
-        rows = table(clients, measure(rounds, args.repeats, device))
+                timings["flower-sim"] = flower
+        rows = table(clients, timings)
         print("\n".join(rows), flush=True)
         lines.extend(rows)
     return lines
