@@ -3,6 +3,7 @@ checked against the CLI (same keys, same errors), plus --version, --dry-run and 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from fedshift.algorithms import BUILTINS, REGISTRY
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.cli import main
 from fedshift.core.errors import CheckpointError, ConfigError
+from fedshift.core.hparams import BaseHparams
 from fedshift.data.custom import _REGISTERED
 from fedshift.models import FedModel
 from fedshift.models.registry import _BUILDERS, MODELS
@@ -211,3 +213,22 @@ def test_help_lists_every_protocol(capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     assert "lodo, personalized, msst, per-domain (default lodo)" in text
     assert "(default 30)" in text
+
+
+@dataclasses.dataclass(frozen=True)
+class SymbolHparams(BaseHparams):
+    tau: float = dataclasses.field(default=0.5, metadata={"symbol": "τ", "help": "temperature"})
+
+
+class WithSymbols(FedAvg):
+    """FedAvg with a documented hyperparameter."""
+
+    name = "with-symbols"
+    Hparams = SymbolHparams
+
+
+def test_show_prints_field_metadata_and_origin(capsys):
+    fedshift.register_algorithm(WithSymbols)
+    assert main(["show", "with-symbols"]) == 0
+    out = capsys.readouterr().out
+    assert "[registered]" in out and "algo.tau  float  0.5      τ temperature" in out
