@@ -22,9 +22,7 @@ if args.smoke:
 else:
     plan = {"targets": ["mnistm", "syn"], "seeds": [0, 1, 2], "rounds": 10}
 
-results = fedshift.sweep(
-    out, algorithms=["fedavg", "fedprox"], device="cpu", threads=1, **plan
-)
+results = fedshift.sweep(out, algorithms=["fedavg", "fedprox"], device="cpu", threads=1, **plan)
 for result in results:
     curve = ", ".join(f"{a:.2f}" for a in result.metric("target_accuracy"))
     print(f"{result.run_dir.name}: target accuracy per round {curve}")
