@@ -103,9 +103,12 @@ def make_server_app(weights: dict, settings: dict, rounds: int, timings: list) -
     return server_app
 
 
-def flower_simulation_rounds(exp, setting, rounds: int) -> list[tuple[float, int]]:
+def flower_simulation_rounds(
+    exp, setting, rounds: int, workers: int = 1
+) -> list[tuple[float, int]]:
     """(seconds, samples) of each of ``rounds`` Flower simulation rounds (the first dropped
-    as warm-up: Ray workers start and build their data)."""
+    as warm-up: Ray workers start and build their data). ``workers`` ClientApps run at once
+    (Ray actors of ``cpu_count / workers`` CPUs each); 1 matches fedshift's one process."""
     from fedshift.algorithms._common import state_dict_cpu
 
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -123,10 +126,11 @@ def flower_simulation_rounds(exp, setting, rounds: int) -> list[tuple[float, int
     }
     weights = state_dict_cpu(exp.algorithm.run.build_model())
     timings: list[tuple[float, int]] = []
+    cpus = max(1, (os.cpu_count() or 1) // max(1, workers))
     run_simulation(
         make_server_app(weights, settings, rounds + 1, timings),
         client_app,
         num_supernodes=setting.clients,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}},
+        backend_config={"client_resources": {"num_cpus": cpus, "num_gpus": 0.0}},
     )
     return timings[1:]

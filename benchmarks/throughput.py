@@ -190,7 +190,7 @@ def measure(
     return timings
 
 
-def flower_timings(exp: Experiment, setting: Setting, repeats: int):
+def flower_timings(exp: Experiment, setting: Setting, repeats: int, workers: int):
     """Flower's simulation engine (Ray) on the same model, data and local work: its rounds
     timed one after another inside its ServerApp; None when flwr[simulation] is missing."""
     try:
@@ -198,7 +198,7 @@ def flower_timings(exp: Experiment, setting: Setting, repeats: int):
     except ImportError as exc:
         print(f"flower-sim: not measured ({exc})")
         return None
-    return flower_simulation_rounds(exp, setting, repeats)
+    return flower_simulation_rounds(exp, setting, repeats, workers)
 
 
 def table(clients: int, timings: dict[str, list[tuple[float, int]]]) -> list[str]:
@@ -237,6 +237,12 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--data-fraction", type=float, default=1.0)
     parser.add_argument("--flower", action="store_true", help="also Flower's simulation engine")
+    parser.add_argument(
+        "--flower-workers",
+        type=int,
+        default=1,
+        help="ClientApps Flower runs at once (default 1, like fedshift's one process)",
+    )
     parser.add_argument("--quick", action="store_true", help="4 clients, 1/10 data, 2 repeats")
     args = parser.parse_args(argv)
     if args.quick:
@@ -281,7 +287,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         }
         timings = measure(rounds, args.repeats, device)
         if args.flower:
-            flower = flower_timings(exp, setting, args.repeats)
+            flower = flower_timings(exp, setting, args.repeats, args.flower_workers)
             if flower is not None:
                 timings["flower-sim"] = flower
         rows = table(clients, timings)
