@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name", nargs="?", default="digits-dg")
     show.add_argument("--out", default="digits-grid.png")
     show.add_argument("--per-domain", type=int, default=10, dest="per_domain")
+    ds_sub.add_parser("list", help="the dataset catalog: source, layout, split, resolution")
+    check = ds_sub.add_parser("check", help="validate a copy; per-domain, per-split counts")
+    check.add_argument("name", help="a catalog name (see `fedshift datasets list`)")
+    check.add_argument("--root", required=True, help="where the dataset lies")
 
     plot = sub.add_parser("plot", help="figures from a run directory")
     plot_sub = plot.add_subparsers(dest="figure", parser_class=ArgumentParser, required=True)
@@ -442,8 +446,25 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_datasets(args: argparse.Namespace) -> int:
     from fedshift.data import load_dataset
+    from fedshift.data.catalog import CATALOG, check_dataset
     from fedshift.data.preview import save_sample_grid
 
+    if args.action == "list":
+        for entry in CATALOG.values():
+            print(f"{entry.name}  [{entry.resolution} px]  {entry.source}")
+            print(f"    layout: {entry.layout}")
+            print(f"    split:  {entry.split}")
+        return 0
+    if args.action == "check":
+        try:
+            counts, warnings = check_dataset(args.name, args.root)
+        except USER_ERRORS as exc:
+            return fail(exc)
+        for domain, splits in counts.items():
+            print(f"{domain}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
+        for warning in warnings:
+            print(f"fedshift: warning: {warning}", file=sys.stderr)
+        return 0
     try:
         dataset = load_dataset(args.name)
         path = save_sample_grid(dataset, Path(args.out), per_domain=args.per_domain)

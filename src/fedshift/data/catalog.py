@@ -1,0 +1,226 @@
+"""The dataset catalog: each entry's source, layout, split and official counts, and a checker.
+
+``check_dataset(name, root)`` validates a user's copy against the layout its authors
+distribute and returns the per-domain, per-split image counts plus one-line warnings where a
+count differs from the official one. It reads only directory listings, split lists and
+binary headers, so it is cheap on DomainNet-sized trees.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedshift.data.domains import DatasetError
+
+_IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One dataset as its authors distribute it."""
+
+    name: str
+    source: str
+    layout: str
+    split: str
+    domains: tuple[str, ...]
+    resolution: int
+    official_totals: dict[str, int] = field(default_factory=dict)
+    list_pattern: tuple[str, ...] = ()
+    image_subdir: str = ""
+
+
+CATALOG: dict[str, CatalogEntry] = {
+    e.name: e
+    for e in (
+        CatalogEntry(
+            "pacs",
+            "PACS (Li et al., ICCV 2017)",
+            "ROOT/kfold/<domain>/<class>/*.jpg (or ROOT/<domain>/<class>/) + "
+            "ROOT/<domain>_{train,crossval,test}_kfold.txt",
+            "official kfold lists (labels 1-based, class order dog..person); target: whole domain",
+            ("art_painting", "cartoon", "photo", "sketch"),
+            224,
+            {"art_painting": 2048, "cartoon": 2344, "photo": 1670, "sketch": 3929},
+            ("{d}_train_kfold.txt", "{d}_crossval_kfold.txt", "{d}_test_kfold.txt"),
+            "kfold",
+        ),
+        CatalogEntry(
+            "office-home",
+            "Office-Home (Venkateswara et al., CVPR 2017)",
+            "ROOT/<domain>/<class>/<image>, domains Art, Clipart, Product, 'Real World'",
+            "DomainBed 80/20 seeded holdout; target: whole domain",
+            ("Art", "Clipart", "Product", "Real World"),
+            224,
+            {"Art": 2427, "Clipart": 4365, "Product": 4439, "Real World": 4357},
+        ),
+        CatalogEntry(
+            "vlcs",
+            "VLCS (Fang et al., ICCV 2013), DomainBed layout",
+            "ROOT/<domain>/<class>/<image>",
+            "DomainBed 80/20 seeded holdout; target: whole domain",
+            ("Caltech101", "LabelMe", "SUN09", "VOC2007"),
+            224,
+            {"Caltech101": 1415, "LabelMe": 2656, "SUN09": 3282, "VOC2007": 3376},
+        ),
+        CatalogEntry(
+            "terra-incognita",
+            "Terra Incognita (Beery et al., ECCV 2018), DomainBed layout",
+            "ROOT/<domain>/<class>/<image>",
+            "DomainBed 80/20 seeded holdout; target: whole domain",
+            ("location_100", "location_38", "location_43", "location_46"),
+            224,
+            {"location_100": 4741, "location_38": 9736, "location_43": 3970, "location_46": 5883},
+        ),
+        CatalogEntry(
+            "domainnet",
+            "DomainNet (Peng et al., ICCV 2019)",
+            "ROOT/<domain>/<class>/<image> + ROOT/<domain>_train.txt, ROOT/<domain>_test.txt",
+            "official train/test lists; target: its official test list",
+            ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
+            224,
+            {
+                "clipart": 48129,
+                "infograph": 51605,
+                "painting": 72266,
+                "quickdraw": 172500,
+                "real": 172947,
+                "sketch": 69128,
+            },
+            ("{d}_train.txt", "{d}_test.txt"),
+        ),
+        CatalogEntry(
+            "domainnet10",
+            "DomainNet 10-class subset of FedBN (bird .. zebra)",
+            "as domainnet (only the 10 classes are read)",
+            "official DomainNet train/test lists restricted to the 10 classes",
+            ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
+            224,
+            {},
+            ("{d}_train.txt", "{d}_test.txt"),
+        ),
+        CatalogEntry(
+            "office-caltech10",
+            "Office-Caltech10 (Gong et al., CVPR 2012)",
+            "ROOT/<domain>/<class>/<image>",
+            "seeded 80/20 holdout; target: whole domain",
+            ("amazon", "caltech", "dslr", "webcam"),
+            224,
+            {"amazon": 958, "caltech": 1123, "dslr": 157, "webcam": 295},
+        ),
+        CatalogEntry(
+            "office31",
+            "Office-31 (Saenko et al., ECCV 2010)",
+            "ROOT/<domain>/images/<class>/<image> or ROOT/<domain>/<class>/<image>",
+            "seeded 80/20 holdout; target: whole domain",
+            ("amazon", "dslr", "webcam"),
+            224,
+            {"amazon": 2817, "dslr": 498, "webcam": 795},
+        ),
+        CatalogEntry(
+            "cifar10",
+            "CIFAR-10 binary version (Krizhevsky 2009)",
+            "ROOT/cifar-10-batches-bin/data_batch_{1..5}.bin, test_batch.bin (3073-byte records)",
+            "official train/test",
+            ("cifar10",),
+            32,
+            {"cifar10": 60000},
+        ),
+        CatalogEntry(
+            "cifar100",
+            "CIFAR-100 binary version (Krizhevsky 2009)",
+            "ROOT/cifar-100-binary/train.bin, test.bin (3074-byte records)",
+            "official train/test",
+            ("cifar100",),
+            32,
+            {"cifar100": 60000},
+        ),
+    )
+}
+
+
+def _image_count(path: Path) -> int:
+    count = 0
+    for _dirpath, _dirs, files in os.walk(path):
+        count += sum(1 for f in files if Path(f).suffix.lower() in _IMAGE_SUFFIXES)
+    return count
+
+
+def _list_lines(path: Path) -> int:
+    if not path.is_file():
+        raise DatasetError(f"missing split file {path} (expected by the official layout)")
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def _check_cifar(entry: CatalogEntry, root: Path) -> dict[str, dict[str, int]]:
+    if entry.name == "cifar10":
+        folder, record = root / "cifar-10-batches-bin", 3073
+        files = {
+            "train": [f"data_batch_{i}.bin" for i in range(1, 6)],
+            "test": ["test_batch.bin"],
+        }
+    else:
+        folder, record = root / "cifar-100-binary", 3074
+        files = {"train": ["train.bin"], "test": ["test.bin"]}
+    counts = {}
+    for split, names in files.items():
+        total = 0
+        for name in names:
+            path = folder / name
+            if not path.is_file():
+                raise DatasetError(f"missing file {path} ({entry.layout})")
+            size = path.stat().st_size
+            if size % record:
+                raise DatasetError(f"{path} is not a whole number of {record}-byte records")
+            total += size // record
+        counts[split] = total
+    return {entry.domains[0]: counts}
+
+
+def check_dataset(
+    name: str, root: str | os.PathLike
+) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Validate ``root`` as catalog entry ``name``: (per-domain per-split counts, warnings)."""
+    if name not in CATALOG:
+        raise DatasetError(f"unknown dataset {name!r}; the catalog has {', '.join(CATALOG)}")
+    entry = CATALOG[name]
+    root = Path(root)
+    if not root.is_dir():
+        raise DatasetError(f"dataset root {root} does not exist (expected {entry.layout})")
+    if name.startswith("cifar"):
+        counts = _check_cifar(entry, root)
+    else:
+        image_root = root / entry.image_subdir if (root / entry.image_subdir).is_dir() else root
+        counts = {}
+        for domain in entry.domains:
+            folder = image_root / domain
+            if not folder.is_dir():
+                raise DatasetError(f"missing domain folder {folder} (expected {entry.layout})")
+            if entry.list_pattern:
+                splits = (
+                    ("train", "val", "test") if len(entry.list_pattern) == 3 else ("train", "test")
+                )
+                counts[domain] = {
+                    s: _list_lines(root / p.format(d=domain))
+                    for s, p in zip(splits, entry.list_pattern, strict=True)
+                }
+            else:
+                counts[domain] = {"all": _image_count(folder)}
+    warnings = []
+    for domain, official in entry.official_totals.items():
+        split_counts = counts[domain]
+        found = (
+            split_counts["all"]
+            if "all" in split_counts
+            else (
+                split_counts.get("train", 0) + split_counts.get("test", 0)
+                if name != "pacs"
+                else split_counts["test"]
+            )
+        )
+        if found != official:
+            warnings.append(f"{name}/{domain}: {found} images, the official copy has {official}")
+    return counts, warnings

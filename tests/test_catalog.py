@@ -1,0 +1,72 @@
+"""The dataset catalog checker on generated trees in the authors' exact layouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedshift.cli import main
+from fedshift.data import DatasetError
+from fedshift.data.catalog import CATALOG, check_dataset
+
+
+def _pacs_tree(root: Path, per_domain: int = 3) -> None:
+    for domain in CATALOG["pacs"].domains:
+        folder = root / "kfold" / domain / "dog"
+        folder.mkdir(parents=True)
+        lines = []
+        for i in range(per_domain):
+            (folder / f"{i}.jpg").write_bytes(b"")
+            lines.append(f"{domain}/dog/{i}.jpg 1")
+        (root / f"{domain}_train_kfold.txt").write_text("\n".join(lines[:2]) + "\n")
+        (root / f"{domain}_crossval_kfold.txt").write_text(lines[2] + "\n")
+        (root / f"{domain}_test_kfold.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_pacs_counts_follow_the_official_lists_and_warn_on_a_short_copy(tmp_path):
+    _pacs_tree(tmp_path)
+    counts, warnings = check_dataset("pacs", tmp_path)
+    assert counts["photo"] == {"train": 2, "val": 1, "test": 3}
+    assert len(warnings) == 4
+    assert "photo: 3 images, the official copy has 1670" in " ".join(warnings)
+
+
+def test_missing_split_file_and_domain_are_one_line_errors(tmp_path):
+    _pacs_tree(tmp_path)
+    (tmp_path / "sketch_test_kfold.txt").unlink()
+    with pytest.raises(DatasetError, match="missing split file .*sketch_test_kfold.txt"):
+        check_dataset("pacs", tmp_path)
+    (tmp_path / "office").mkdir()
+    with pytest.raises(DatasetError, match="missing domain folder .*Art"):
+        check_dataset("office-home", tmp_path / "office")
+
+
+def test_office_home_real_world_with_a_space(tmp_path):
+    for domain in CATALOG["office-home"].domains:
+        (tmp_path / domain / "Alarm_Clock").mkdir(parents=True)
+        (tmp_path / domain / "Alarm_Clock" / "00001.jpg").write_bytes(b"")
+    counts, _ = check_dataset("office-home", tmp_path)
+    assert counts["Real World"] == {"all": 1}
+
+
+def test_cifar10_binary_records_are_counted_without_unpickling(tmp_path):
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    for i in range(1, 6):
+        (folder / f"data_batch_{i}.bin").write_bytes(bytes(3073 * 2))
+    (folder / "test_batch.bin").write_bytes(bytes(3073))
+    counts, warnings = check_dataset("cifar10", tmp_path)
+    assert counts == {"cifar10": {"train": 10, "test": 1}}
+    assert "11 images, the official copy has 60000" in warnings[0]
+
+
+def test_cli_list_and_check(tmp_path, capsys):
+    assert main(["datasets", "list"]) == 0
+    assert "domainnet" in capsys.readouterr().out
+    _pacs_tree(tmp_path)
+    assert main(["datasets", "check", "pacs", "--root", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "art_painting: train 2, val 1, test 3" in captured.out
+    assert "fedshift: warning: pacs/art_painting" in captured.err
+    assert main(["datasets", "check", "nope", "--root", str(tmp_path)]) == 2
