@@ -70,3 +70,16 @@ def test_cli_list_and_check(tmp_path, capsys):
     assert "art_painting: train 2, val 1, test 3" in captured.out
     assert "fedshift: warning: pacs/art_painting" in captured.err
     assert main(["datasets", "check", "nope", "--root", str(tmp_path)]) == 2
+
+
+def test_domainnet_official_lists_and_the_fedbn_ten_class_subset(tmp_path):
+    for domain in CATALOG["domainnet"].domains:
+        (tmp_path / domain).mkdir()
+        train = [f"{domain}/bird/{domain}_001.jpg 0", f"{domain}/aircraft_carrier/a.jpg 1"]
+        (tmp_path / f"{domain}_train.txt").write_text("\n".join(train) + "\n")
+        (tmp_path / f"{domain}_test.txt").write_text(f"{domain}/zebra/z.jpg 2\n")
+    counts, _ = check_dataset("domainnet", tmp_path)
+    assert counts["real"] == {"train": 2, "test": 1}
+    counts, warnings = check_dataset("domainnet10", tmp_path)
+    assert counts["quickdraw"] == {"train": 1, "test": 1}
+    assert warnings == []

@@ -30,7 +30,21 @@ class CatalogEntry:
     official_totals: dict[str, int] = field(default_factory=dict)
     list_pattern: tuple[str, ...] = ()
     image_subdir: str = ""
+    classes: tuple[str, ...] = ()
 
+
+DOMAINNET10_CLASSES = (
+    "bird",
+    "feather",
+    "headphones",
+    "ice_cream",
+    "teapot",
+    "tiger",
+    "whale",
+    "windmill",
+    "wine_glass",
+    "zebra",
+)
 
 CATALOG: dict[str, CatalogEntry] = {
     e.name: e
@@ -100,6 +114,7 @@ CATALOG: dict[str, CatalogEntry] = {
             224,
             {},
             ("{d}_train.txt", "{d}_test.txt"),
+            classes=DOMAINNET10_CLASSES,
         ),
         CatalogEntry(
             "office-caltech10",
@@ -148,11 +163,16 @@ def _image_count(path: Path) -> int:
     return count
 
 
-def _list_lines(path: Path) -> int:
+def _list_lines(path: Path, classes: tuple[str, ...] = ()) -> int:
+    """Entries of a split list (``<domain>/<class>/<file> <label>``), only ``classes`` if given."""
     if not path.is_file():
         raise DatasetError(f"missing split file {path} (expected by the official layout)")
+    wanted = frozenset(classes)
     with open(path, encoding="utf-8", errors="replace") as handle:
-        return sum(1 for line in handle if line.strip())
+        entries = [line.split()[0] for line in handle if line.strip()]
+    if wanted:
+        entries = [e for e in entries if len(e.split("/")) > 2 and e.split("/")[-2] in wanted]
+    return len(entries)
 
 
 def _check_cifar(entry: CatalogEntry, root: Path) -> dict[str, dict[str, int]]:
@@ -204,7 +224,7 @@ def check_dataset(
                     ("train", "val", "test") if len(entry.list_pattern) == 3 else ("train", "test")
                 )
                 counts[domain] = {
-                    s: _list_lines(root / p.format(d=domain))
+                    s: _list_lines(root / p.format(d=domain), entry.classes)
                     for s, p in zip(splits, entry.list_pattern, strict=True)
                 }
             else:
