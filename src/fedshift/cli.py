@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-d",
         "--dataset",
         help=f"dataset name or folder path (default {defaults.dataset}; "
-        "see `fedshift list datasets`)",
+        "see `fedshift list datasets`). pacs reads your copy (--set data_root=PATH) at 224 px; "
+        "a folder path is resized to 64 px; digits-dg is 32 px; --set image_size=N overrides",
     )
     run.add_argument(
         "-t", "--target", help=f"held-out target domain (default {defaults.target})"
@@ -158,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name", nargs="?", default="digits-dg")
     show.add_argument("--out", default="digits-grid.png")
     show.add_argument("--per-domain", type=int, default=10, dest="per_domain")
-    ds_sub.add_parser("list", help="the dataset catalog: source, layout, split, resolution")
+    ds_sub.add_parser(
+        "list", help="the dataset catalog: source, domains, classes, layout, split, resolution"
+    )
     check = ds_sub.add_parser("check", help="validate a copy; per-domain, per-split counts")
     check.add_argument("name", help="a catalog name (see `fedshift datasets list`)")
     check.add_argument("--root", required=True, help="where the dataset lies")
@@ -444,16 +447,42 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_catalog() -> None:
+    """The catalog entries, then the built-in digits-dg and the generic folder fallback."""
+    from fedshift.data import digits
+    from fedshift.data.catalog import CATALOG
+    from fedshift.data.registry import CATALOG_LOADERS
+
+    for entry in CATALOG.values():
+        runs = (
+            f"fedshift run -d {entry.name} --set data_root=PATH"
+            if entry.name in CATALOG_LOADERS
+            else "not yet (datasets check only)"
+        )
+        print(f"{entry.name}  [{entry.resolution} px]  {entry.source}")
+        print(f"    domains: {', '.join(entry.domains)}")
+        print(f"    classes: {', '.join(entry.classes) or 'the class folders found, sorted'}")
+        print(f"    layout:  {entry.layout}")
+        print(f"    split:   {entry.split}")
+        print(f"    runs:    {runs}")
+    print(f"{digits.NAME}  [{digits.IMAGE_SIZE} px]  built in, generated offline")
+    print(f"    domains: {', '.join(digits.DOMAINS)}")
+    print("    classes: 0..9")
+    print("    split:   fixed train/val/test per domain")
+    print(f"    runs:    fedshift run -d {digits.NAME}")
+    print("folder  [64 px]  any ROOT/<domain>/<class>/<image> tree (generic fallback)")
+    print("    domains: the domain folders; classes: the class folders found, sorted")
+    print("    split:   seeded stratified 70/10/20 per domain (--set split_seed=N)")
+    print("    runs:    fedshift run -d PATH (or folder:PATH); --set image_size=N to resize")
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from fedshift.data import load_dataset
-    from fedshift.data.catalog import CATALOG, check_dataset
+    from fedshift.data.catalog import check_dataset
     from fedshift.data.preview import save_sample_grid
 
     if args.action == "list":
-        for entry in CATALOG.values():
-            print(f"{entry.name}  [{entry.resolution} px]  {entry.source}")
-            print(f"    layout: {entry.layout}")
-            print(f"    split:  {entry.split}")
+        print_catalog()
         return 0
     if args.action == "check":
         try:

@@ -34,7 +34,7 @@ PROTOCOLS: dict[str, str] = {
 #: protocols that test every domain; their target defaults to "all"
 ALL_DOMAIN_PROTOCOLS = ("per-domain",)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
-RENAMED_KEYS = {"task": "problem"}
+RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
 
 
 @dataclass
@@ -57,7 +57,9 @@ class RunConfig:
     model: str = "cnn"
     model_weights: str = ""  # local state-dict file for the backbone (never downloaded)
     server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
-    image_size: int = 0  # 0: the dataset's native size
+    image_size: int = 0  # 0: the dataset's default (digits-dg 32, pacs 224, a folder 64)
+    data_root: str = ""  # where a catalog dataset (pacs) lies: `fedshift datasets list`
+    split_seed: int = 0  # seeds the train/val/test split of a folder dataset
     clients_per_domain: int = 1
     partition: str = "iid"  # how a domain is split among its clients
     dirichlet_alpha: float = 0.5
@@ -82,6 +84,13 @@ class RunConfig:
     checkpoint_every: int = 1  # save a checkpoint every N rounds and after the last
     # run a call's clients together (vmap) where a task allows: on, off, auto (on with CUDA)
     vectorize: str = "auto"
+    # a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off
+    max_reply_value: float = 1e6
+    # inject client faults in the simulation engine, e.g. "raise@2:1,nan@3:*" (see
+    # fedshift.engine.faults): KIND@ROUND:CLIENT, '*' for any round or client
+    faults: str = ""
+    # experiment loggers beside metrics.jsonl: comma list of tensorboard, wandb, mlflow; none
+    tracking: str = "tensorboard"
     algo: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -189,6 +198,8 @@ def check_run_values(cfg: RunConfig) -> None:
         )
     if cfg.dirichlet_alpha <= 0:
         raise ConfigError(f"dirichlet_alpha must be > 0, got {cfg.dirichlet_alpha}")
+    if cfg.max_reply_value < 0:
+        raise ConfigError(f"max_reply_value must be >= 0 (0: off), got {cfg.max_reply_value}")
 
 
 def listed_domains(text: str, names: list[str], dataset: str, noun: str = "domain") -> list[str]:

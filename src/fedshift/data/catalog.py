@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fedshift.data import pacs
 from fedshift.data.domains import DatasetError
 
 _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
@@ -30,7 +31,7 @@ class CatalogEntry:
     official_totals: dict[str, int] = field(default_factory=dict)
     list_pattern: tuple[str, ...] = ()
     image_subdir: str = ""
-    classes: tuple[str, ...] = ()
+    classes: tuple[str, ...] = ()  # in label order; empty: the class folders found
 
 
 DOMAINNET10_CLASSES = (
@@ -50,16 +51,17 @@ CATALOG: dict[str, CatalogEntry] = {
     e.name: e
     for e in (
         CatalogEntry(
-            "pacs",
+            pacs.NAME,
             "PACS (Li et al., ICCV 2017)",
-            "ROOT/kfold/<domain>/<class>/*.jpg (or ROOT/<domain>/<class>/) + "
-            "ROOT/<domain>_{train,crossval,test}_kfold.txt",
-            "official kfold lists (labels 1-based, class order dog..person); target: whole domain",
-            ("art_painting", "cartoon", "photo", "sketch"),
-            224,
-            {"art_painting": 2048, "cartoon": 2344, "photo": 1670, "sketch": 3929},
+            pacs.LAYOUT,
+            "official kfold lists: train, crossval as val, test_kfold (the whole domain) as "
+            "test; labels 1-based in the authors' class order; target: whole domain",
+            pacs.DOMAINS,
+            pacs.RESOLUTION,
+            dict(pacs.OFFICIAL_TOTALS),
             ("{d}_train_kfold.txt", "{d}_crossval_kfold.txt", "{d}_test_kfold.txt"),
             "kfold",
+            pacs.CLASSES,
         ),
         CatalogEntry(
             "office-home",
@@ -210,6 +212,11 @@ def check_dataset(
     root = Path(root)
     if not root.is_dir():
         raise DatasetError(f"dataset root {root} does not exist (expected {entry.layout})")
+    if name == pacs.NAME:
+        entries = pacs.split_entries(root)
+        pacs.check_images(entries)
+        counts = {d: {s: len(v) for s, v in splits.items()} for d, splits in entries.items()}
+        return counts, pacs.count_warnings(counts)
     if name.startswith("cifar"):
         counts = _check_cifar(entry, root)
     else:
@@ -232,14 +239,8 @@ def check_dataset(
     warnings = []
     for domain, official in entry.official_totals.items():
         split_counts = counts[domain]
-        found = (
-            split_counts["all"]
-            if "all" in split_counts
-            else (
-                split_counts.get("train", 0) + split_counts.get("test", 0)
-                if name != "pacs"
-                else split_counts["test"]
-            )
+        found = split_counts.get(
+            "all", split_counts.get("train", 0) + split_counts.get("test", 0)
         )
         if found != official:
             warnings.append(f"{name}/{domain}: {found} images, the official copy has {official}")

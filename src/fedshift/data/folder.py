@@ -33,7 +33,8 @@ def _images(path: Path) -> list[Path]:
     )
 
 
-def _read_image(path: Path, size: int) -> np.ndarray:
+def read_image(path: Path, size: int) -> np.ndarray:
+    """An image file as a ``(3, size, size)`` uint8 array; unreadable files raise."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -135,7 +136,7 @@ def load_folder_dataset(
             y = np.asarray(
                 [class_to_idx[c] for c in sorted(per_class) for _ in per_class[c]], dtype=np.int64
             )
-            x = np.stack(list(pool.map(lambda p: _read_image(p, image_size), paths)))
+            x = np.stack(list(pool.map(lambda p: read_image(p, image_size), paths)))
             parts = _split_indices(y, val_fraction, test_fraction, seed)
             splits = {
                 name: Split(x=torch.from_numpy(x[idx]), y=torch.from_numpy(y[idx]))

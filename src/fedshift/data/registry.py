@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from fedshift.data import digits
+from fedshift.data import digits, pacs
 from fedshift.data.custom import load_custom_dataset
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import load_folder_dataset
@@ -15,6 +15,8 @@ from fedshift.data.folder import load_folder_dataset
 DATASETS: dict[str, str] = {digits.NAME: digits.DESCRIPTION}
 
 _FOLDER_PREFIX = "folder:"
+#: catalog entries fedshift can run (each needs ``data_root``) -> loader
+CATALOG_LOADERS = {pacs.NAME: pacs.load_pacs}
 
 
 def _resize_split(split: Split, size: int) -> Split:
@@ -81,7 +83,12 @@ def _split_domains(key: str) -> tuple[str, list[str] | None]:
     base, sep, tail = key.rpartition(":")
     if not sep or not base or base == _FOLDER_PREFIX[:-1]:
         return key, None
-    if base in DATASETS or base.startswith(_FOLDER_PREFIX) or Path(base).expanduser().is_dir():
+    if (
+        base in DATASETS
+        or base in CATALOG_LOADERS
+        or base.startswith(_FOLDER_PREFIX)
+        or Path(base).expanduser().is_dir()
+    ):
         if Path(key).expanduser().is_dir():
             return key, None
         return base, [d.strip() for d in tail.split(",") if d.strip()]
@@ -94,6 +101,7 @@ def load_dataset(
     image_size: int | None = None,
     cache_dir: str | os.PathLike | None = None,
     seed: int = 0,
+    data_root: str | os.PathLike | None = None,
 ) -> DomainDataset:
     """Load a dataset by built-in name, ``folder:PATH``, or an existing directory path.
 
@@ -101,7 +109,8 @@ def load_dataset(
     experiments on a single domain). ``digits-dg`` is built once and cached in ``cache_dir``
     (default ``$FEDSHIFT_CACHE`` or ``~/.cache/fedshift``); its content does not depend on
     ``seed``. For folder datasets ``seed`` fixes the train/val/test split and ``image_size``
-    defaults to 64.
+    defaults to 64. A catalog entry (``pacs``) is read from ``data_root`` at its own default
+    resolution (224 for PACS) with its official split.
     """
     if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
@@ -110,8 +119,20 @@ def load_dataset(
         raise DatasetError(f"dataset name must be a string or path, got {type(name).__name__}")
     key, only = _split_domains(key)
     if only is not None:
-        ds = load_dataset(key, image_size=image_size, cache_dir=cache_dir, seed=seed)
+        ds = load_dataset(
+            key, image_size=image_size, cache_dir=cache_dir, seed=seed, data_root=data_root
+        )
         return restrict_domains(ds, only)
+    if key in CATALOG_LOADERS:
+        if not data_root:
+            raise DatasetError(
+                f"dataset {key!r} is read from your copy: give --set data_root=PATH "
+                f"(check it with `fedshift datasets check {key} --root PATH`)"
+            )
+        loader = CATALOG_LOADERS[key]
+        if image_size is None:
+            return loader(data_root)
+        return loader(data_root, image_size=int(image_size))
     custom = load_custom_dataset(key, seed=seed)
     if custom is not None:
         return custom if image_size is None else _resized(custom, int(image_size))

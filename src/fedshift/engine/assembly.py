@@ -249,7 +249,11 @@ def prepare(
     if dataset is None:
         try:
             dataset = load_dataset(
-                cfg.dataset, cache_dir=cache_dir, image_size=cfg.image_size or None
+                cfg.dataset,
+                cache_dir=cache_dir,
+                image_size=cfg.image_size or None,
+                seed=cfg.split_seed,
+                data_root=cfg.data_root or None,
             )
         except DatasetError as exc:
             raise ConfigError(str(exc)) from None

@@ -99,7 +99,13 @@ def load_run_dataset(cfg: RunConfig, opts: DeployOptions, cache_dir: str = "") -
     """The run's dataset built locally (``cache_dir`` overrides the run's cache dir)."""
     cache = cache_dir or opts.cache_dir or None
     try:
-        dataset = load_dataset(cfg.dataset, cache_dir=cache, image_size=cfg.image_size or None)
+        dataset = load_dataset(
+            cfg.dataset,
+            cache_dir=cache,
+            image_size=cfg.image_size or None,
+            seed=cfg.split_seed,
+            data_root=cfg.data_root or None,
+        )
     except DatasetError as exc:
         raise ConfigError(str(exc)) from None
     return first_samples(dataset, opts.max_samples) if opts.max_samples > 0 else dataset
