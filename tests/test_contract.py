@@ -81,6 +81,8 @@ def test_algorithm_contract(algorithm, tmp_path, tiny_digits):
     summary, runner = run(tmp_path, "a", algorithm, tiny_digits)
     history = read_history(tmp_path / "a")
     assert len(history) == ROUNDS
+    # honest clients pass the reply validation (their replies follow each task's schema)
+    assert summary["failed_clients"] == 0, runner.fed.failures
     for entry in history:
         assert math.isfinite(entry["train_loss"]), entry
         assert 0.0 <= entry["target_accuracy"] <= 1.0

@@ -27,6 +27,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import mean
+from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.split import to_input
 from fedshift.core.state import ServerState
 from fedshift.models.adain import adain, load_adain_networks, pooled_style
@@ -222,6 +223,14 @@ class CCST(FedAvg):
         return self.decode(feat, images) * 2.0 - 1.0
 
     # -- client tasks ----------------------------------------------------------------------
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """``style-stats``: the style's mean and std, ``(1, C)`` overall or ``(J, C)``."""
+        if task == "style-stats":
+            rows = 1 if self.hp.style == "overall" else self.hp.single_styles
+            spec = ArraySpec((rows, None), torch.float32)
+            return {"style.mean": spec, "style.std": spec}
+        return super().reply_schema(task, sent)
+
     @client_task("style-stats")
     @torch.no_grad()
     def style_stats(self, ctx: ClientContext, record: Record) -> Record:

@@ -19,6 +19,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import mean
+from fedshift.core.schema import ReplySchema, specs_of
 from fedshift.core.state import ServerState
 
 Tensors = dict[str, torch.Tensor]
@@ -263,6 +264,19 @@ class FACT(Algorithm):
             ctx.state["epochs_done"] = int(ctx.state.get("epochs_done", 0)) + 1
 
         return epoch
+
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """``train``: G and (unless kept on the client) F; ``finetune``: F only; ``idd``: G."""
+        if task not in ("train", "finetune"):
+            return super().reply_schema(task, sent)
+        if not hasattr(self, "_parts"):
+            with torch.random.fork_rng(devices=[]):  # off the run's random streams
+                generator, head = split_generator_head(self.build_net().state_dict())
+            self._parts = specs_of(generator, "model"), specs_of(head, "model")
+        generator, head = self._parts
+        if task == "finetune":
+            return dict(head)
+        return {**generator, **head} if sent.config.get("send_head", True) else dict(generator)
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

@@ -25,6 +25,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
+from fedshift.core.schema import ArraySpec, ReplySchema, echo, specs_of
 from fedshift.core.seeding import derive_seed
 from fedshift.core.state import ServerState
 
@@ -255,6 +256,29 @@ class FADA(Algorithm):
             metrics["target_adv_loss"] = float(aligned[target].metrics["loss"])
         metrics.update({f"attention.{c}": a for c, a in zip(order, alpha, strict=True)})
         return state, metrics
+
+    def _identifier_specs(self) -> ReplySchema:
+        """Specs of DI_k's weights (built once, off the run's random streams)."""
+        if not hasattr(self, "_identifier"):
+            with torch.random.fork_rng(devices=[]):
+                dim = FADANet(self.run.build_model()).dim
+                identifier = mlp(dim, self.hp.hidden, 1).state_dict()
+            self._identifier = specs_of(identifier, "identifier")
+        return self._identifier
+
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """``features``: G_t's features of a sample; ``train``: the model and DI_k back;
+        ``attention``: one gain per source sent; ``align``: G_t (the backbone) back."""
+        if task == "features":
+            return {"features": ArraySpec((None, None), torch.float32)}
+        if task == "train":
+            return {**echo(sent, "model"), **self._identifier_specs()}
+        if task == "attention":
+            count = len({k.split(".")[1] for k in sent.arrays if k.startswith("sources.")})
+            return {"gain": ArraySpec((count,), torch.float32)}
+        if task == "align":
+            return {k: v for k, v in echo(sent, "model").items() if k.startswith("model.backbone.")}
+        return super().reply_schema(task, sent)
 
     # -- clients -------------------------------------------------------------------------
     def _net(self, ctx: ClientContext, record: Record) -> FADANet:

@@ -22,6 +22,7 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
+from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.state import ServerState
 from fedshift.eval.segmentation import boundary_regions, mask_batches, soft_dice_loss
 
@@ -203,6 +204,12 @@ class FedDGELCFS(Algorithm):
         return averaging_round(state, fed, {"train_loss": "loss", "meta_loss": "meta_loss"})
 
     # -- client ------------------------------------------------------------------------
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """``amplitude``: the client's amplitude spectra, one window per image."""
+        if task == "amplitude":
+            return {"amplitude.window": ArraySpec(None, torch.float32)}
+        return super().reply_schema(task, sent)
+
     @client_task("amplitude")
     def amplitude(self, ctx: ClientContext, record: Record) -> Record:
         images = ctx.train.x.float() / 255.0

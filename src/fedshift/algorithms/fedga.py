@@ -23,6 +23,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import weighted_mean
+from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.state import ServerState
 
 Base = Literal["fedavg", "fedprox"]
@@ -173,6 +174,13 @@ class FedGA(FedAvg):
             return None
         anchor = {k: v.to(ctx.device) for k, v in record.subset("model").items()}
         return proximal_penalty(anchor, self.hp.mu)
+
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """``train``: the model back and, once the client trained before, its gap."""
+        schema = super().reply_schema(task, sent)
+        if task == "train":
+            schema["gap"] = ArraySpec((1,), torch.float32, required=False)
+        return schema
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

@@ -31,6 +31,7 @@ from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
+from fedshift.core.schema import ReplySchema, family
 from fedshift.core.state import ServerState
 from fedshift.eval.metrics import accuracy
 
@@ -180,6 +181,13 @@ class FedProto(Algorithm):
         """Hook after local training (BD-FedProto's dynamic adjustment): ``metrics`` holds the
         mean losses by name; returns metrics to add to the reply."""
         return {}
+
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """``train``: a prototype and an int64 count per class the client holds."""
+        if task == "train":
+            counts = family("count", (), torch.int64)
+            return {**family("prototype", (None,), torch.float32), **counts}
+        return super().reply_schema(task, sent)
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

@@ -24,6 +24,7 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
+from fedshift.core.schema import ReplySchema, echo
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.state import ServerState
 from fedshift.models.base import FedModel
@@ -225,6 +226,10 @@ class FedSR(Algorithm):
         if self.hp.cmi_scale:
             ref["scale"] = ctx.state.get("cmi_scale", torch.ones(()))
         return {k: v.detach().clone().to(ctx.device).requires_grad_(True) for k, v in ref.items()}
+
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """The model back and, with ``share_reference``, the reference as it was sent."""
+        return echo(sent, *(share for share in self.shares if share in ("model", "reference")))
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

@@ -34,6 +34,7 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
+from fedshift.core.schema import ReplySchema, family
 from fedshift.core.state import ServerState
 
 
@@ -217,6 +218,13 @@ class FPL(Algorithm):
             state.extra.update(clusters=clusters, cluster_labels=labels, unbiased=unbiased)
             metrics["clusters_per_class"] = len(clusters) / len(labels.unique())
         return state, metrics
+
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """``train``: the model back, plus a prototype per class the client holds."""
+        schema = super().reply_schema(task, sent)
+        if task == "train":
+            schema.update(family("prototype", (None,), torch.float32))
+        return schema
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

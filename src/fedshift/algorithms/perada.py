@@ -23,6 +23,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import mean
+from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.split import to_input
 from fedshift.core.state import ServerState
@@ -347,6 +348,13 @@ class PerAda(Algorithm):
         if not snapshots:
             snapshots.append((0, student.trainable_state()))
         return snapshots, float("nan") if last_loss is None else last_loss
+
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """``validate``: int64 correct counts, one per candidate sent."""
+        if task == "validate":
+            candidates = {k.split(".", 1)[0] for k in sent.arrays if k.startswith("candidate")}
+            return {"kd_val.correct": ArraySpec((len(candidates),), torch.int64)}
+        return super().reply_schema(task, sent)
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:

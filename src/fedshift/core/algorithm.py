@@ -11,7 +11,8 @@ import torch
 from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, NoHparams
-from fedshift.core.record import Kind, Record
+from fedshift.core.record import Kind, Record, share_key
+from fedshift.core.schema import ReplySchema, echo
 from fedshift.core.state import ServerState
 
 TaskFn = Callable[[Any, ClientContext, Record], Record]
@@ -153,6 +154,17 @@ class Algorithm:
         engine's vectorized executor knows, e.g. ``SupervisedPlan``), or None to run this
         call sequentially."""
         return None
+
+    def reply_schema(self, task: str, sent: Record) -> ReplySchema:
+        """The arrays an honest reply to ``task`` holds, given what was ``sent``.
+
+        Default: every sent array of a ``MODEL`` share comes back with the same key, shape
+        and dtype, and nothing else. Tasks that reply other arrays (prototypes, statistics,
+        part of a model) override this; the federation refuses a reply that does not
+        follow it (a failed client), so the server program never sees one.
+        """
+        models = {share_key(k) for k in sent.arrays if self.shares.get(share_key(k)) == Kind.MODEL}
+        return echo(sent, *models)
 
     def run_task(self, name: str, ctx: ClientContext, record: Record) -> Record:
         attr = self._tasks.get(name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,9 +17,10 @@ import torch
 
 from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
-from fedshift.core.errors import RoundFailed
+from fedshift.core.errors import ConfigError, RoundFailed
 from fedshift.core.federation import Federation
 from fedshift.core.record import Kind, Record, share_key
+from fedshift.core.schema import ReplySchema, lookup, schema_problem
 from fedshift.core.seeding import derive_seed, numpy_generator, seed_torch
 from fedshift.engine.assembly import Experiment
 from fedshift.engine.evaluation import ClientScores
@@ -26,34 +28,103 @@ from fedshift.engine.evaluation import ClientScores
 log = logging.getLogger(__name__)
 
 
-def validate_reply(reply: Record, shares: Mapping[str, object]) -> str | None:
-    """Why a reply must be rejected (undeclared key, NaN/Inf), or None when it is fine."""
-    if not isinstance(reply, Record):
-        return f"reply is {type(reply).__name__}, not a Record"
-    for key in reply.arrays:
-        if share_key(key) not in shares:
-            return f"array {key!r} is not declared in shares ({', '.join(shares) or 'nothing'})"
-    bad = reply.check_finite()
-    if bad is not None:
-        return f"{bad!r} holds NaN or Inf"
+#: kinds holding one row per sample (or per image): their leading dimension may differ
+#: between clients, so the cross-reply comparison leaves it out
+PER_SAMPLE_KINDS = (Kind.AMPLITUDE, Kind.FEATURES, Kind.LOGITS)
+#: ``samples`` (processed, for throughput) may claim at most this many passes over the data
+MAX_PASSES = 1000
+
+
+def _number_problem(key: str, value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"metric {key!r} is {type(value).__name__} {value!r}, not a number"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"metric {key!r} is {value}"
     return None
 
 
-#: kinds holding one row per sample: their leading dimension is each client's sample count
-PER_SAMPLE_KINDS = (Kind.AMPLITUDE, Kind.FEATURES, Kind.LOGITS)
+def _count_problem(key: str, value: object, low: int, high: int | None) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"metric {key!r} is {type(value).__name__} {value!r}, not an integer"
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        return f"metric {key!r} is {value}, outside {bound} for this client"
+    return None
+
+
+def validate_reply(
+    reply: object,
+    schema: ReplySchema,
+    shares: Mapping[str, object],
+    *,
+    max_value: float = 0.0,
+    data_size: int | None = None,
+) -> str | None:
+    """Why a client's reply must be refused, or None when it may reach the server program.
+
+    Checked: the reply is a :class:`Record` of string keys, dense tensors and numbers; every
+    array belongs to a declared share and follows the task's ``schema`` (keys, shapes,
+    dtypes); floating arrays are finite and, with ``max_value`` > 0, within ±``max_value``;
+    metrics are finite numbers; ``num-examples`` (the aggregation weight) is an integer in
+    1..``data_size`` and is present whenever arrays are; ``samples`` an integer in
+    0..``MAX_PASSES``·``data_size``.
+    """
+    if not isinstance(reply, Record):
+        return f"reply is {type(reply).__name__}, not a Record"
+    for name in ("arrays", "config", "metrics"):
+        part = getattr(reply, name)
+        if not isinstance(part, dict) or not all(isinstance(k, str) for k in part):
+            return f"reply {name} is not a mapping of names"
+    for key, value in reply.arrays.items():
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+            return f"array {key!r} is {type(value).__name__}, not a dense tensor"
+        if share_key(key) not in shares:
+            return f"array {key!r} is not declared in shares ({', '.join(shares) or 'nothing'})"
+    problem = schema_problem(reply.arrays, schema)
+    if problem:
+        return problem
+    for key, value in reply.arrays.items():
+        if value.is_floating_point() and value.numel():
+            peak = float(value.detach().abs().max())
+            if not math.isfinite(peak):
+                return f"{key!r} holds NaN or Inf"
+            if max_value > 0 and peak > max_value:
+                return f"{key!r} holds {peak:.3g}, beyond max_reply_value={max_value:g}"
+    for key, value in reply.metrics.items():
+        problem = _number_problem(key, value)
+        if problem:
+            return problem
+    if "num-examples" in reply.metrics:
+        problem = _count_problem("num-examples", reply.metrics["num-examples"], 1, data_size)
+        if problem:
+            return problem
+    elif reply.arrays or any(spec.required for spec in schema.values()):
+        return "metric 'num-examples' is missing"
+    if "samples" in reply.metrics:
+        most = MAX_PASSES * data_size if data_size is not None else None
+        problem = _count_problem("samples", reply.metrics["samples"], 0, most)
+        if problem:
+            return problem
+    return None
 
 
 def check_shapes(
-    replies: dict[int, Record], shares: Mapping[str, object] | None = None
+    replies: dict[int, Record],
+    shares: Mapping[str, object] | None = None,
+    open_keys: Mapping[int, set[str]] | None = None,
 ) -> dict[int, str]:
-    """Clients whose array shapes disagree with the majority of this call's replies.
+    """Clients whose array shapes disagree with the most common shape in this call.
 
-    Arrays of a per-sample kind (in ``shares``) are compared without their leading dimension.
+    Only the keys each schema leaves open are compared (``open_keys``: client -> keys;
+    None: every key). Arrays of a per-sample kind (in ``shares``) are compared without
+    their leading dimension. With a tie the shape seen first (lowest client id) wins.
     """
     per_sample = {k for k, kind in (shares or {}).items() if kind in PER_SAMPLE_KINDS}
     shapes: dict[str, dict[tuple, list[int]]] = {}
-    for cid, reply in replies.items():
+    for cid, reply in sorted(replies.items()):
         for key, value in reply.arrays.items():
+            if open_keys is not None and key not in open_keys.get(cid, ()):
+                continue
             shape = tuple(value.shape)[1 if share_key(key) in per_sample else 0 :]
             shapes.setdefault(key, {}).setdefault(shape, []).append(cid)
     bad: dict[int, str] = {}
@@ -65,6 +136,17 @@ def check_shapes(
                     for cid in cids:
                         bad[cid] = f"{key!r} has shape {shape}, others {common}"
     return bad
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def client_data_size(ctx: ClientContext) -> int:
+    """The most samples a client can honestly claim to have used: its largest split."""
+    return max(len(view) for view in (ctx.train, ctx.val, ctx.test) if view is not None)
 
 
 def run_client_task(
@@ -109,6 +191,8 @@ def federation_options(exp: Experiment) -> dict[str, Any]:
         "min_clients": cfg.min_clients,
         "count_bytes": not exp.algorithm.pooled,
         "total_rounds": cfg.rounds,
+        "max_reply_value": cfg.max_reply_value,
+        "data_sizes": {cid: client_data_size(ctx) for cid, ctx in exp.contexts.items()},
     }
 
 
@@ -116,11 +200,15 @@ class BaseFederation(Federation):
     """What every engine shares; subclasses implement :meth:`_dispatch` and
     :meth:`score_clients`.
 
-    Sampling is seeded per (round, call); every reply is validated against the algorithm's
-    ``shares`` (declared keys, finite values, shapes agreeing across the call); bytes up
-    and down are counted; the failure policy is ``strict`` (every called client must
-    succeed), ``dynamic`` (at least ``min_clients``) or ``resilient`` (go on with whoever
-    replied).
+    Sampling is seeded per (round, call); every reply is validated in one place for both
+    engines (:func:`validate_reply`: declared shares, the task's reply schema, finite and
+    bounded values, the metrics and the sample count the aggregation weight rests on; open
+    dimensions agreeing across the call); a refused reply is a failed client with a
+    one-line reason, never an error in the server; bytes up and down are counted; the
+    failure policy is ``strict`` (every called client must succeed), ``dynamic`` (at least
+    ``min_clients``, or every client of a smaller call) or ``resilient`` (go on with
+    whoever replied). ``data_sizes`` (client -> its largest split, as the server knows it)
+    bounds ``num-examples``.
     """
 
     def __init__(
@@ -135,6 +223,8 @@ class BaseFederation(Federation):
         count_bytes: bool = True,
         total_rounds: int = 1,
         shared_shapes: bool = True,
+        max_reply_value: float = 0.0,
+        data_sizes: Mapping[int, int] | None = None,
     ):
         self.algorithm = algorithm
         self.roles = dict(roles)
@@ -145,11 +235,20 @@ class BaseFederation(Federation):
         self.count_bytes = count_bytes
         self.total_rounds = total_rounds
         self.shared_shapes = shared_shapes
+        self.max_reply_value = max_reply_value
+        self.data_sizes = dict(data_sizes or {})
+        sampled = max(1, round(fraction * len(self.clients("source"))))
+        if failure_policy == "dynamic" and min_clients > sampled:
+            raise ConfigError(
+                f"min_clients={min_clients} but only {sampled} source clients take part in a "
+                "round; lower min_clients or raise fraction"
+            )
         self.round = 0
         self.bytes_up = 0
         self.bytes_down = 0
         self.samples = 0
         self.failures: list[str] = []
+        self.failed_ids: list[int] = []
         self.seen_shares: set[str] = set()
         self._calls = 0
 
@@ -169,6 +268,7 @@ class BaseFederation(Federation):
         self.round = round_
         self._calls = 0
         self.failures = []
+        self.failed_ids = []
 
     def clients(self, role: str = "source") -> list[int]:
         return [cid for cid, r in self.roles.items() if role == "all" or r == role]
@@ -192,18 +292,31 @@ class BaseFederation(Federation):
             self.bytes_down += sum(sent.nbytes() for sent in sends.values())
         raw = self._dispatch(task, sends, call_index)
         replies: dict[int, Record] = {}
+        open_keys: dict[int, set[str]] = {}
+        schemas: dict[int, ReplySchema] = {}
         for cid in ids:
             if cid not in raw:
                 continue
+            sent = sends[cid]
+            schema = schemas.get(id(sent))
+            if schema is None:
+                schema = schemas[id(sent)] = self.algorithm.reply_schema(task, sent)
             reply = raw[cid]
-            problem = validate_reply(reply, self.algorithm.shares)
+            problem = validate_reply(
+                reply,
+                schema,
+                self.algorithm.shares,
+                max_value=self.max_reply_value,
+                data_size=self.data_sizes.get(cid),
+            )
             if problem:
                 self._fail(cid, task, problem)
                 continue
             reply.arrays = {k: v.detach().to("cpu") for k, v in reply.arrays.items()}
             replies[cid] = reply
+            open_keys[cid] = {k for k in reply.arrays if lookup(schema, k).open}
         if self.shared_shapes:
-            for cid, problem in check_shapes(replies, self.algorithm.shares).items():
+            for cid, problem in check_shapes(replies, self.algorithm.shares, open_keys).items():
                 self._fail(cid, task, problem)
                 del replies[cid]
         for reply in replies.values():
@@ -215,21 +328,24 @@ class BaseFederation(Federation):
         return replies
 
     def _fail(self, cid: int, task: str, problem: str) -> None:
+        problem = " ".join(str(problem).split())
         message = f"round {self.round}: client {cid} failed task {task!r}: {problem}"
         log.warning(message)
         self.failures.append(message)
+        self.failed_ids.append(cid)
 
     def _enforce_policy(self, task: str, ids: list[int], replies: dict[int, Record]) -> None:
         missing = len(ids) - len(replies)
         if not missing:
             return
+        failed = ", ".join(str(cid) for cid in ids if cid not in replies)
         if self.failure_policy == "strict":
             raise RoundFailed(
                 f"round {self.round}, task {task!r}: {missing} of {len(ids)} clients failed "
-                "(failure_policy=strict)"
+                f"(clients {failed}; failure_policy=strict)"
             )
         if self.failure_policy == "dynamic" and len(replies) < min(self.min_clients, len(ids)):
             raise RoundFailed(
                 f"round {self.round}, task {task!r}: only {len(replies)} of {len(ids)} "
-                f"clients replied, min_clients={self.min_clients}"
+                f"clients replied (failed: {failed}), min_clients={self.min_clients}"
             )

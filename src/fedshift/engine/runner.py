@@ -13,7 +13,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from fedshift.core.errors import CheckpointError, ConfigError, RunInterrupted
+from fedshift.core.errors import CheckpointError, ConfigError, RoundFailed, RunInterrupted
 from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
 from fedshift.core.state import (
     CHECKPOINT_FORMAT,
@@ -158,7 +158,7 @@ class Runner:
         for round_ in range(start + 1, cfg.rounds + 1):
             t0 = time.perf_counter()
             fed.begin_round(round_)
-            state, train_metrics = algo.round(state, fed)
+            state, train_metrics = self._round(state, round_)
             entry: dict[str, Any] = {"round": round_}
             entry.update({k: float(v) for k, v in train_metrics.items()})
             if round_ % cfg.eval_every == 0 or round_ == cfg.rounds:
@@ -186,6 +186,25 @@ class Runner:
         summary = self.summarize(history, wall)
         write_text_atomically(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
+
+    def _round(self, state: ServerState, round_: int) -> tuple[ServerState, dict[str, float]]:
+        """One round of the algorithm; a failed round (``RoundFailed``) restores every client
+        state held here to its start of round, so the last checkpoint stays consistent with
+        them, and says where the run can be resumed."""
+        contexts = self.exp.contexts
+        before = {cid: dict(ctx.state) for cid, ctx in contexts.items()}
+        try:
+            return self.exp.algorithm.round(state, self.fed)
+        except RoundFailed as exc:
+            for cid, ctx in contexts.items():
+                ctx.state = before[cid]
+            saved = (
+                "the last checkpoint is kept" if has_checkpoint(self.out) else "no checkpoint yet"
+            )
+            raise RoundFailed(
+                f"{exc}; the run stopped in round {round_} ({saved}; client states kept as "
+                f"they were): see the warnings above, then resume with --resume --out {self.out}"
+            ) from None
 
     def close_progress(self) -> None:
         """End the progress bar's line, so an error after it is printed on a line of its own."""

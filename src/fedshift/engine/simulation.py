@@ -1,7 +1,8 @@
-"""In-process engine: clients run in this process, one after another."""
+"""In-process engine: clients run in this process, one after another (or vectorized)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from fedshift.core.algorithm import Algorithm
@@ -9,8 +10,16 @@ from fedshift.core.context import ClientContext
 from fedshift.core.record import Record
 from fedshift.engine.assembly import Experiment
 from fedshift.engine.evaluation import ClientScores, client_scores
-from fedshift.engine.federation import BaseFederation, federation_options, run_client_task
+from fedshift.engine.faults import CORRUPTIONS, FaultPlan, InjectedFault
+from fedshift.engine.federation import (
+    BaseFederation,
+    federation_options,
+    one_line,
+    run_client_task,
+)
 from fedshift.engine.vectorized import run_vectorized, vectorize_enabled
+
+log = logging.getLogger(__name__)
 
 #: ``(context, with_domains) -> scores`` of one client's personal model, or None
 ScoreClient = Callable[[ClientContext, bool], ClientScores | None]
@@ -18,7 +27,12 @@ ScoreClient = Callable[[ClientContext, bool], ClientScores | None]
 
 class SimulationFederation(BaseFederation):
     """Runs client tasks in-process with per-(round, client, call) seeded RNGs; personal
-    models are scored from the client states held here."""
+    models are scored from the client states held here.
+
+    A client task that raises is a failed client (its message logged in one line); the
+    failure policy decides the round. ``faults`` (:mod:`fedshift.engine.faults`) injects
+    client faults for tests and drills.
+    """
 
     def __init__(
         self,
@@ -27,12 +41,16 @@ class SimulationFederation(BaseFederation):
         *,
         score_client: ScoreClient | None = None,
         vectorize: bool = False,
+        faults: FaultPlan | None = None,
         **options,
     ):
         super().__init__(algorithm, {cid: ctx.role for cid, ctx in contexts.items()}, **options)
         self.contexts = contexts
         self.score_client = score_client
         self.vectorize = vectorize
+        self.faults = faults
+        #: replies that missed their round's deadline: (round, call, client); never used
+        self.late: list[tuple[int, int, int]] = []
 
     @classmethod
     def for_experiment(cls, exp: Experiment) -> SimulationFederation:
@@ -45,36 +63,73 @@ class SimulationFederation(BaseFederation):
             exp.contexts,
             score_client=score,
             vectorize=vectorize,
+            faults=FaultPlan.from_text(exp.cfg.faults),
             **federation_options(exp),
         )
 
     def _dispatch(self, task: str, sends: dict[int, Record], call_index: int) -> dict[int, Record]:
-        if self.vectorize:
-            together = run_vectorized(
-                self.algorithm,
-                self.contexts,
-                task,
-                sends,
-                seed=self.seed,
-                round_=self.round,
-                call_index=call_index,
-                total_rounds=self.total_rounds,
+        for round_, call, cid in self.late:
+            log.warning(
+                "round %s: client %s's reply to round %s call %s arrived late; discarded",
+                self.round,
+                cid,
+                round_,
+                call,
             )
+        self.late = []
+        faulty = {cid: self.faults.kinds(self.round, cid) for cid in sends} if self.faults else {}
+        replies: dict[int, Record] = {}
+        if self.vectorize and not any(faulty.values()):
+            try:
+                together = run_vectorized(
+                    self.algorithm,
+                    self.contexts,
+                    task,
+                    sends,
+                    seed=self.seed,
+                    round_=self.round,
+                    call_index=call_index,
+                    total_rounds=self.total_rounds,
+                )
+            except Exception as exc:  # a client's failure inside the batch: run one by one
+                log.warning(
+                    "round %s: vectorized %r failed (%s); running clients one by one",
+                    self.round,
+                    task,
+                    one_line(exc),
+                )
+                together = None
             if together is not None:
                 return together
-        return {
-            cid: run_client_task(
-                self.algorithm,
-                self.contexts[cid],
-                task,
-                sent,
-                seed=self.seed,
-                round_=self.round,
-                call_index=call_index,
-                total_rounds=self.total_rounds,
-            )
-            for cid, sent in sends.items()
-        }
+        for cid, sent in sends.items():
+            kinds = faulty.get(cid, ())
+            try:
+                if "raise" in kinds:
+                    raise InjectedFault(f"injected fault in task {task!r}")
+                reply = run_client_task(
+                    self.algorithm,
+                    self.contexts[cid],
+                    task,
+                    sent,
+                    seed=self.seed,
+                    round_=self.round,
+                    call_index=call_index,
+                    total_rounds=self.total_rounds,
+                )
+            except Exception as exc:  # the client failed; the policy decides the round
+                self._fail(cid, task, f"raised {one_line(exc)}")
+                continue
+            if "drop" in kinds:
+                self._fail(cid, task, "no reply (dropped)")
+                continue
+            if "straggle" in kinds:
+                self.late.append((self.round, call_index, cid))
+                self._fail(cid, task, "no reply before the round's deadline (straggler)")
+                continue
+            for kind in kinds:
+                CORRUPTIONS[kind](reply)
+            replies[cid] = reply
+        return replies
 
     def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:
         if self.score_client is None:
