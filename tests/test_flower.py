@@ -40,6 +40,7 @@ from fedshift.core.hparams import NoHparams  # noqa: E402
 from fedshift.core.record import Kind, Record  # noqa: E402
 from fedshift.core.reduce import weighted_mean  # noqa: E402
 from fedshift.core.runconfig import RUN_KEYS  # noqa: E402
+from fedshift.core.schema import family
 from fedshift.core.state import load_checkpoint  # noqa: E402
 from fedshift.engine.flower import clientapp  # noqa: E402
 from fedshift.engine.flower.convert import (  # noqa: E402
@@ -429,6 +430,9 @@ class PrototypeExchange(Algorithm):
         calls = [r.metrics["calls"] for r in replies.values()]
         return state, {"train_loss": 0.0, "client_calls": float(sum(calls))}
 
+    def reply_schema(self, task, sent):
+        return {**family("prototype", (None,), torch.float32), **family("count", (), torch.int64)}
+
     @client_task("prototypes")
     def prototypes(self, ctx, record):
         model = ctx.build_model().to(ctx.device).eval()
@@ -665,8 +669,11 @@ def wait_run(proc: subprocess.Popen, timeout: float) -> None:
 
 
 def e2e_settings(out: Path, **extra) -> dict:
+    """A small e2e run. One thread everywhere: the nodes and the in-test simulation then
+    sum in the same order however many threads an earlier test left this process."""
     return {
         "algorithm": "fedavg",
+        "threads": 1,
         "target": "optdigits",
         "rounds": 3,
         "batch_size": 32,

@@ -99,7 +99,7 @@ def schema_problem(arrays: Mapping[str, torch.Tensor], schema: ReplySchema) -> s
     for key, value in arrays.items():
         spec = lookup(schema, key)
         if spec is None:
-            return f"array {key!r} is not part of this task's reply"
+            return f"array {key!r} is not part of this task's reply (see reply_schema)"
         problem = spec.problem(key, value)
         if problem:
             return problem
