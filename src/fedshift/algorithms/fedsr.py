@@ -24,7 +24,7 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
-from fedshift.core.schema import ReplySchema, echo
+from fedshift.core.schema import ArraySpec, ReplySchema, echo
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.state import ServerState
 from fedshift.models.base import FedModel
@@ -228,8 +228,13 @@ class FedSR(Algorithm):
         return {k: v.detach().clone().to(ctx.device).requires_grad_(True) for k, v in ref.items()}
 
     def reply_schema(self, task: str, sent: Record) -> ReplySchema:
-        """The model back and, with ``share_reference``, the reference as it was sent."""
-        return echo(sent, *(share for share in self.shares if share in ("model", "reference")))
+        """The model back and, with ``share_reference``, the reference r_μ, r_σ (one row of
+        ``z_dim`` per class; before any was averaged the server sends none)."""
+        schema = echo(sent, "model")
+        if "reference" in self.shares:
+            spec = ArraySpec((self.run.num_classes, None), torch.float32)
+            schema.update({"reference.mu": spec, "reference.sigma": spec})
+        return schema
 
     @client_task("train")
     def train(self, ctx: ClientContext, record: Record) -> Record:
