@@ -5,10 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from fedshift.cli import main
 from fedshift.data import DatasetError
 from fedshift.data.catalog import CATALOG, check_dataset
+
+
+def _jpeg(path: Path) -> None:
+    """A real 8x8 JPEG: the PACS check opens every listed image."""
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(path, format="JPEG")
 
 
 def _pacs_tree(root: Path, per_domain: int = 3) -> None:
@@ -17,7 +23,7 @@ def _pacs_tree(root: Path, per_domain: int = 3) -> None:
         folder.mkdir(parents=True)
         lines = []
         for i in range(per_domain):
-            (folder / f"{i}.jpg").write_bytes(b"")
+            _jpeg(folder / f"{i}.jpg")
             lines.append(f"{domain}/dog/{i}.jpg 1")
         (root / f"{domain}_train_kfold.txt").write_text("\n".join(lines[:2]) + "\n")
         (root / f"{domain}_crossval_kfold.txt").write_text(lines[2] + "\n")
@@ -35,8 +41,12 @@ def test_pacs_counts_follow_the_official_lists_and_warn_on_a_short_copy(tmp_path
 def test_missing_split_file_and_domain_are_one_line_errors(tmp_path):
     _pacs_tree(tmp_path)
     (tmp_path / "sketch_test_kfold.txt").unlink()
-    with pytest.raises(DatasetError, match="missing split file .*sketch_test_kfold.txt"):
+    with pytest.raises(DatasetError, match="missing split list .*sketch_test_kfold.txt"):
         check_dataset("pacs", tmp_path)
+    _pacs_tree(tmp_path / "broken")
+    (tmp_path / "broken" / "kfold" / "photo" / "dog" / "1.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(DatasetError, match="unreadable image file .*photo/dog/1.jpg"):
+        check_dataset("pacs", tmp_path / "broken")
     (tmp_path / "office").mkdir()
     with pytest.raises(DatasetError, match="missing domain folder .*Art"):
         check_dataset("office-home", tmp_path / "office")

@@ -12,7 +12,15 @@ from test_contract import make_cfg
 
 from fedshift.core.errors import ConfigError, RoundFailed
 from fedshift.core.record import Kind, Record
-from fedshift.core.schema import ArraySpec, echo, family, lookup, schema_problem, specs_of
+from fedshift.core.schema import (
+    ArraySpec,
+    class_names,
+    echo,
+    family,
+    lookup,
+    schema_problem,
+    specs_of,
+)
 from fedshift.core.state import load_checkpoint
 from fedshift.engine.assembly import prepare
 from fedshift.engine.faults import CORRUPTIONS, parse_faults
@@ -105,6 +113,23 @@ def test_schema_families_and_open_dimensions():
     assert "expected (*, 4)" in schema_problem({"features": torch.zeros(7, 5)}, schema)
     assert "missing" in schema_problem({}, schema)
     assert specs_of({"w": torch.zeros(2)}, "model") == {"model.w": ArraySpec((2,), torch.float32)}
+
+
+def test_paired_class_families_need_valid_and_matching_members():
+    classes = class_names(3)
+    schema = {
+        **family("prototype", (None,), torch.float32, names=classes),
+        **family("count", (), torch.int64, names=classes, same_names_as="prototype"),
+    }
+    proto, count = torch.zeros(4), torch.tensor(5)
+    assert schema_problem({"prototype.0": proto, "count.0": count}, schema) is None
+    assert schema_problem({}, schema) is None
+    assert "'1' is in one only" in schema_problem(
+        {"prototype.0": proto, "prototype.1": proto, "count.0": count}, schema
+    )
+    assert "'0' is in one only" in schema_problem({"count.0": count}, schema)
+    assert "'extra' is not a member" in schema_problem({"prototype.extra": proto}, schema)
+    assert "'3' is not a member" in schema_problem({"prototype.3": proto, "count.3": count}, schema)
 
 
 def test_fault_specs_parse_and_refuse_bad_entries():

@@ -69,9 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         "see `fedshift list datasets`). pacs reads your copy (--set data_root=PATH) at 224 px; "
         "a folder path is resized to 64 px; digits-dg is 32 px; --set image_size=N overrides",
     )
-    run.add_argument(
-        "-t", "--target", help=f"held-out target domain (default {defaults.target})"
-    )
+    run.add_argument("-t", "--target", help=f"held-out target domain (default {defaults.target})")
     run.add_argument("-s", "--sources", help="comma-separated source domains (default: all others)")
     run.add_argument(
         "--protocol",

@@ -31,7 +31,7 @@ from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
-from fedshift.core.schema import ReplySchema, family
+from fedshift.core.schema import ReplySchema, class_names, family
 from fedshift.core.state import ServerState
 from fedshift.eval.metrics import accuracy
 
@@ -185,8 +185,10 @@ class FedProto(Algorithm):
     def reply_schema(self, task: str, sent: Record) -> ReplySchema:
         """``train``: a prototype and an int64 count per class the client holds."""
         if task == "train":
-            counts = family("count", (), torch.int64)
-            return {**family("prototype", (None,), torch.float32), **counts}
+            classes = class_names(self.run.num_classes)
+            counts = family("count", (), torch.int64, names=classes, same_names_as="prototype")
+            protos = family("prototype", (None,), torch.float32, names=classes)
+            return {**protos, **counts}
         return super().reply_schema(task, sent)
 
     @client_task("train")

@@ -34,7 +34,7 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
-from fedshift.core.schema import ReplySchema, family
+from fedshift.core.schema import ReplySchema, class_names, family
 from fedshift.core.state import ServerState
 
 
@@ -223,7 +223,8 @@ class FPL(Algorithm):
         """``train``: the model back, plus a prototype per class the client holds."""
         schema = super().reply_schema(task, sent)
         if task == "train":
-            schema.update(family("prototype", (None,), torch.float32))
+            classes = class_names(self.run.num_classes)
+            schema.update(family("prototype", (None,), torch.float32, names=classes))
         return schema
 
     @client_task("train")

@@ -3,12 +3,14 @@
 An algorithm declares, per task, what an honest reply holds (:meth:`Algorithm.reply_schema`);
 the federation refuses any other reply before the algorithm sees it. A schema maps an array
 key to an :class:`ArraySpec`; a key ending in ``.*`` stands for a family of optional keys
-under that prefix (e.g. ``prototype.*``: one prototype per class the client holds).
+under that prefix (e.g. ``prototype.*``: one prototype per class the client holds); a family
+may restrict its member names and require the same members as another family (a count for
+every prototype).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +29,10 @@ class ArraySpec:
     shape: tuple[int | None, ...] | None
     dtype: torch.dtype
     required: bool = True
+    #: for a ``prefix.*`` family: the member names allowed (None: any)
+    names: frozenset[str] | None = None
+    #: for a ``prefix.*`` family: another family that must hold exactly the same member names
+    same_names_as: str | None = None
 
     def problem(self, key: str, value: torch.Tensor) -> str | None:
         """Why ``value`` does not fit this spec, or None."""
@@ -74,21 +80,42 @@ def echo(sent: Record, *shares: str) -> ReplySchema:
     return {k: spec_of(v) for k, v in sent.arrays.items() if share_key(k) in wanted}
 
 
-def family(prefix: str, shape: tuple[int | None, ...] | None, dtype: torch.dtype) -> ReplySchema:
-    """Any number of optional arrays ``prefix.<name>`` of one spec."""
-    return {f"{prefix}.*": ArraySpec(shape, dtype, required=False)}
+def family(
+    prefix: str,
+    shape: tuple[int | None, ...] | None,
+    dtype: torch.dtype,
+    *,
+    names: Iterable[str] | None = None,
+    same_names_as: str | None = None,
+) -> ReplySchema:
+    """Any number of optional arrays ``prefix.<name>`` of one spec; ``names`` limits the
+    members, ``same_names_as`` names a family that must hold the same members."""
+    allowed = None if names is None else frozenset(names)
+    spec = ArraySpec(shape, dtype, required=False, names=allowed, same_names_as=same_names_as)
+    return {f"{prefix}.*": spec}
+
+
+def class_names(num_classes: int) -> frozenset[str]:
+    """Member names of a per-class family: ``"0"`` .. ``str(num_classes - 1)``."""
+    return frozenset(str(c) for c in range(num_classes))
 
 
 def lookup(schema: ReplySchema, key: str) -> ArraySpec | None:
     """The spec ``key`` falls under (exact key first, then its ``prefix.*`` family)."""
+    found = _lookup(schema, key)
+    return None if found is None else found[1]
+
+
+def _lookup(schema: ReplySchema, key: str) -> tuple[str | None, ArraySpec] | None:
+    """(family prefix or None for an exact key, spec) of ``key``."""
     spec = schema.get(key)
     if spec is not None:
-        return spec
+        return None, spec
     prefix, dot, _ = key.rpartition(".")
     while dot:
         spec = schema.get(f"{prefix}.*")
         if spec is not None:
-            return spec
+            return prefix, spec
         prefix, dot, _ = prefix.rpartition(".")
     return None
 
@@ -96,13 +123,28 @@ def lookup(schema: ReplySchema, key: str) -> ArraySpec | None:
 def schema_problem(arrays: Mapping[str, torch.Tensor], schema: ReplySchema) -> str | None:
     """Why ``arrays`` do not follow ``schema`` (an unexpected or missing key, a wrong
     shape or dtype), or None."""
+    members: dict[str, set[str]] = {}
     for key, value in arrays.items():
-        spec = lookup(schema, key)
-        if spec is None:
+        found = _lookup(schema, key)
+        if found is None:
             return f"array {key!r} is not part of this task's reply (see reply_schema)"
+        prefix, spec = found
+        if prefix is not None:
+            name = key[len(prefix) + 1 :]
+            if spec.names is not None and name not in spec.names:
+                return f"array {key!r}: {name!r} is not a member {prefix}.* may hold"
+            members.setdefault(prefix, set()).add(name)
         problem = spec.problem(key, value)
         if problem:
             return problem
+    for key, spec in schema.items():
+        if spec.same_names_as is None:
+            continue
+        prefix, other = key[:-2], spec.same_names_as
+        mine, theirs = members.get(prefix, set()), members.get(other, set())
+        if mine != theirs:
+            odd = sorted(mine ^ theirs)[0]
+            return f"{prefix}.* and {other}.* must hold the same members ({odd!r} is in one only)"
     missing = [k for k, s in schema.items() if s.required and k not in arrays]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""

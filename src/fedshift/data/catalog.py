@@ -239,9 +239,7 @@ def check_dataset(
     warnings = []
     for domain, official in entry.official_totals.items():
         split_counts = counts[domain]
-        found = split_counts.get(
-            "all", split_counts.get("train", 0) + split_counts.get("test", 0)
-        )
+        found = split_counts.get("all", split_counts.get("train", 0) + split_counts.get("test", 0))
         if found != official:
             warnings.append(f"{name}/{domain}: {found} images, the official copy has {official}")
     return counts, warnings
