@@ -8,6 +8,7 @@ registries (which algorithm, which protocols and problems it supports, its hyper
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import tomllib
@@ -121,6 +122,17 @@ def validate(cfg: RunConfig) -> None:
             f"supported: {', '.join(supported)} (use --protocol {supported[0]})"
         )
     check_problem(cfg, algorithm)
+    if cfg.dp_clip > 0 and not algorithm.private:
+        ready = sorted(name for name, cls in REGISTRY.items() if cls.private)
+        raise ConfigError(
+            f"algorithm {cfg.algorithm!r} shares {', '.join(sorted(algorithm.shares)) or 'nothing'}"
+            f", which differential privacy (dp_clip) does not cover; it runs with: "
+            f"{', '.join(ready)}"
+        )
+    if cfg.dp_clip > 0 and importlib.util.find_spec("opacus") is None:
+        raise ConfigError(
+            "dp_clip needs Opacus for its privacy accountant: pip install 'fedshift[privacy]'"
+        )
 
 
 def check_problem(cfg: RunConfig, algorithm: type) -> None:

@@ -12,8 +12,10 @@ import torch.nn.functional as F
 
 from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.federation import Federation
+from fedshift.core.privacy import PrivacySettings, private_model_mean
 from fedshift.core.record import Record
 from fedshift.core.reduce import weighted_mean
+from fedshift.core.seeding import torch_generator
 from fedshift.core.state import ServerState
 from fedshift.eval.segmentation import mask_batches, soft_dice_loss
 
@@ -195,14 +197,27 @@ def averaging_round(
     state: ServerState,
     fed: Federation,
     metrics: Mapping[str, str] = {"train_loss": "loss"},  # noqa: B006 - read only
+    privacy: PrivacySettings | None = None,
+    seed: int = 0,
 ) -> tuple[ServerState, dict[str, float]]:
     """FedAvg's round: the sampled clients train from the global model under ``model``
     and the server keeps the ``num-examples``-weighted mean of their models (unchanged
     when nobody replied). ``metrics`` maps round metrics to the reply metric they average.
+    With ``privacy`` (the run's DP settings) the new model is DP-FedAvg's: the uniform mean
+    of the clipped updates plus Gaussian noise (:func:`private_model_mean`).
     """
     replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
     if replies:
-        state.model = average_replies(replies)
+        if privacy is None:
+            state.model = average_replies(replies)
+        else:
+            state.model = private_model_mean(
+                state.model,
+                [r.subset("model") for r in replies.values()],
+                privacy.clip,
+                privacy.noise_multiplier,
+                torch_generator(seed, "dp-noise", fed.round),
+            )
     return state, {name: weighted_metric(replies, key) for name, key in metrics.items()}
 
 

@@ -128,6 +128,7 @@ class CCST(FedAvg):
     )
     Hparams = CCSTHparams
     shares = {"model": Kind.MODEL, "style": Kind.STYLE}
+    private = False  # its other shares are not covered by DP
 
     def __init__(self, hp: CCSTHparams, run: RunInfo):
         super().__init__(hp, run)

@@ -17,3 +17,4 @@ class Centralized(FedAvg):
     name = "centralized"
     paper = "baseline (DeepAll: pooled source data, no federation)"
     pooled = True
+    private = False  # no federation: nothing for client-level DP to protect

@@ -59,9 +59,16 @@ class Ditto(Algorithm):
     )
     Hparams = DittoHparams
     shares = {"model": Kind.MODEL}
+    private = True
 
     def round(self, state: ServerState, fed: Federation):
-        return averaging_round(state, fed, {"train_loss": "loss", "personal_loss": "personal_loss"})
+        return averaging_round(
+            state,
+            fed,
+            {"train_loss": "loss", "personal_loss": "personal_loss"},
+            privacy=self.run.privacy,
+            seed=self.run.seed,
+        )
 
     def client_model(self, client_state: dict[str, Any]) -> torch.nn.Module | None:
         if "personal" not in client_state:

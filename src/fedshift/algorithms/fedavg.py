@@ -31,11 +31,12 @@ class FedAvg(Algorithm):
     paper = "McMahan et al., Communication-Efficient Learning of Deep Networks, AISTATS 2017"
     Hparams = NoHparams
     shares = {"model": Kind.MODEL}
+    private = True
     problems = ("classification", "segmentation")
     batchable = ("train",)
 
     def round(self, state: ServerState, fed: Federation):
-        return averaging_round(state, fed)
+        return averaging_round(state, fed, privacy=self.run.privacy, seed=self.run.seed)
 
     def local_penalty(self, ctx: ClientContext, record: Record):
         """Extra term of the local objective; None for plain FedAvg."""

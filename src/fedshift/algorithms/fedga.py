@@ -129,6 +129,7 @@ class FedGA(FedAvg):
     )
     Hparams = FedGAHparams
     shares = {"model": Kind.MODEL, "gap": Kind.SCALAR}
+    private = False  # its other shares are not covered by DP
 
     def round(self, state: ServerState, fed: Federation):
         """One round:

@@ -30,8 +30,10 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.privacy import private_prototype_mean, withhold_and_clip_prototypes
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ReplySchema, class_names, family
+from fedshift.core.seeding import torch_generator
 from fedshift.core.state import ServerState
 from fedshift.eval.metrics import accuracy
 
@@ -90,6 +92,10 @@ class FedProto(Algorithm):
       with ``fraction < 1``); the official code always has every client take part.
     * Optimizer, learning rate, batch size and local epochs are the run's (``lr`` 0.01 as in
       the paper; the official code uses SGD with momentum 0.5 and batch size 4).
+    * With ``dp_clip`` (not in the paper): clients withhold classes with fewer than
+      ``dp_min_count`` examples, clip each prototype to norm ``dp_clip`` and send
+      ``dp_min_count`` as every count; the server takes the plain per-class mean plus Gaussian
+      noise (:mod:`fedshift.core.privacy`), so ``weighted`` has no effect.
     """
 
     name = "fedproto"
@@ -99,6 +105,7 @@ class FedProto(Algorithm):
     Hparams = FedProtoHparams
     shares = {"prototype": Kind.PROTOTYPE, "count": Kind.COUNT}
     personal = True
+    private = True
 
     # -- server ----------------------------------------------------------------------------
     def init_state(self) -> ServerState:
@@ -113,9 +120,18 @@ class FedProto(Algorithm):
         replies = fed.call("train", fed.sample(), Record())
         # 2. global prototypes (eq. 1)
         tables = [prototypes_from_arrays(r.arrays) for r in replies.values()]
-        fresh = aggregate_prototypes(
-            [t[0] for t in tables], [t[1] for t in tables], self.hp.weighted
-        )
+        privacy = self.run.privacy
+        if privacy is None:
+            fresh = aggregate_prototypes(
+                [t[0] for t in tables], [t[1] for t in tables], self.hp.weighted
+            )
+        else:
+            fresh = private_prototype_mean(
+                [t[0] for t in tables],
+                privacy.clip,
+                privacy.noise_multiplier,
+                torch_generator(self.run.seed, "dp-noise", fed.round),
+            )
         merged = {int(c): p for c, p in state.extra["prototypes"].items()}
         merged.update(fresh)
         state.extra["prototypes"] = {str(c): merged[c] for c in sorted(merged)}
@@ -215,6 +231,14 @@ class FedProto(Algorithm):
         ctx.state["model"] = state_dict_cpu(model)
         protos, counts, mi = local_statistics(model, ctx.train, ctx.device, with_mi=True)
         ctx.state["classes"] = torch.tensor(sorted(protos), dtype=torch.long)
+        privacy = self.run.privacy
+        if privacy is not None:
+            # DP: rare classes stay home, each prototype clipped; a sent count says only
+            # "at least dp_min_count", which sending the prototype already says
+            protos, counts = withhold_and_clip_prototypes(
+                protos, counts, privacy.clip, privacy.min_count
+            )
+            counts = {label: privacy.min_count for label in counts}
         reply = Record(arrays=prototype_arrays(protos, counts))
         reply.metrics.update(metrics)
         reply.metrics.update(self.after_training(ctx, metrics))

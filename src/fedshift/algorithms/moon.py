@@ -120,6 +120,7 @@ class Moon(Algorithm):
     paper = "Li, He and Song, Model-Contrastive Federated Learning, CVPR 2021"
     Hparams = MoonHparams
     shares = {"model": Kind.MODEL}
+    private = True
 
     def build_net(self) -> MoonNet:
         """The backbone plus a projection head whose init depends only on the run seed."""
@@ -130,7 +131,11 @@ class Moon(Algorithm):
 
     def round(self, state: ServerState, fed: Federation):
         return averaging_round(
-            state, fed, {"train_loss": "loss", "contrastive_loss": "contrastive"}
+            state,
+            fed,
+            {"train_loss": "loss", "contrastive_loss": "contrastive"},
+            privacy=self.run.privacy,
+            seed=self.run.seed,
         )
 
     def _frozen(self, weights: dict[str, Any], device: torch.device) -> MoonNet:

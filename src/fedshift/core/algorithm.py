@@ -11,6 +11,7 @@ import torch
 from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, NoHparams
+from fedshift.core.privacy import PrivacySettings
 from fedshift.core.record import Kind, Record, share_key
 from fedshift.core.schema import ReplySchema, echo
 from fedshift.core.state import ServerState
@@ -40,6 +41,8 @@ class RunInfo:
     device: torch.device
     #: the learning problem of the run (``RunConfig.problem``)
     problem: str = "classification"
+    #: client-level differential privacy of the run, None when off
+    privacy: PrivacySettings | None = None
 
 
 class Algorithm:
@@ -58,6 +61,10 @@ class Algorithm:
     pooled: ClassVar[bool] = False
     #: evaluate each client's own model instead of one global model
     personal: ClassVar[bool] = False
+    #: every share is covered by differential privacy when ``RunInfo.privacy`` is set (the
+    #: algorithm aggregates its models with ``private_model_mean`` and its prototypes with
+    #: the clipped, noisy per-class mean); ``config.validate`` refuses dp for the others
+    private: ClassVar[bool] = False
     #: protocols the algorithm can run in; empty: any. The contract test runs the first
     #: (``lodo`` when empty) and ``config.validate`` rejects the others.
     protocols: ClassVar[tuple[str, ...]] = ()

@@ -91,6 +91,13 @@ class RunConfig:
     faults: str = ""
     # experiment loggers beside metrics.jsonl: comma list of tensorboard, wandb, mlflow; none
     tracking: str = "tensorboard"
+    # client-level differential privacy (docs/privacy.md): clip norm C of a client's model
+    # update or class prototype, 0: off; Gaussian noise multiplier z (std z*C/n); the delta
+    # of the reported epsilon; classes a client holds fewer examples of are withheld
+    dp_clip: float = 0.0
+    dp_noise: float = 1.0
+    dp_delta: float = 1e-5
+    dp_min_count: int = 5
     algo: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -200,6 +207,14 @@ def check_run_values(cfg: RunConfig) -> None:
         raise ConfigError(f"dirichlet_alpha must be > 0, got {cfg.dirichlet_alpha}")
     if cfg.max_reply_value < 0:
         raise ConfigError(f"max_reply_value must be >= 0 (0: off), got {cfg.max_reply_value}")
+    if cfg.dp_clip < 0:
+        raise ConfigError(f"dp_clip must be >= 0 (0: no differential privacy), got {cfg.dp_clip}")
+    if cfg.dp_clip > 0 and cfg.dp_noise <= 0:
+        raise ConfigError(f"dp_noise must be > 0 when dp_clip is set, got {cfg.dp_noise}")
+    if not 0 < cfg.dp_delta < 1:
+        raise ConfigError(f"dp_delta must be in (0, 1), got {cfg.dp_delta}")
+    if cfg.dp_min_count < 1:
+        raise ConfigError(f"dp_min_count must be >= 1, got {cfg.dp_min_count}")
 
 
 def listed_domains(text: str, names: list[str], dataset: str, noun: str = "domain") -> list[str]:

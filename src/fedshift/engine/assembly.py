@@ -17,6 +17,7 @@ from fedshift.config import make_hparams
 from fedshift.core.algorithm import Algorithm, RunInfo
 from fedshift.core.context import ClientContext, SplitView, TrainConfig
 from fedshift.core.errors import ConfigError, DatasetError
+from fedshift.core.privacy import PrivacySettings
 from fedshift.core.record import Kind
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.seeding import derive_seed
@@ -236,6 +237,13 @@ def run_info(cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, device)
     }
 
 
+def privacy_settings(cfg: RunConfig) -> PrivacySettings | None:
+    """The run's DP parameters, None when ``dp_clip`` is 0 (off)."""
+    if cfg.dp_clip <= 0:
+        return None
+    return PrivacySettings(cfg.dp_clip, cfg.dp_noise, cfg.dp_delta, cfg.dp_min_count)
+
+
 def prepare(
     cfg: RunConfig, *, cache_dir: str | None = None, dataset: DomainDataset | None = None
 ) -> Experiment:
@@ -276,6 +284,7 @@ def prepare(
         seed=cfg.seed,
         device=device,
         problem=cfg.problem,
+        privacy=privacy_settings(cfg),
     )
     algorithm = algo_cls(make_hparams(cfg), run)
     algorithm.check_scenario(scenario)

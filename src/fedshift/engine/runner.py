@@ -14,6 +14,7 @@ from typing import Any
 from tqdm import tqdm
 
 from fedshift.core.errors import CheckpointError, ConfigError, RoundFailed, RunInterrupted
+from fedshift.core.privacy import run_epsilon
 from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
 from fedshift.core.state import (
     CHECKPOINT_FORMAT,
@@ -168,6 +169,11 @@ class Runner:
             entry["bytes_up"] = fed.bytes_up
             entry["bytes_down"] = fed.bytes_down
             entry["failed_clients"] = len(fed.failures)
+            privacy = algo.run.privacy
+            if privacy is not None:
+                pool = len(fed.clients("source"))
+                sampled = min(pool, max(1, round(cfg.fraction * pool)))
+                entry["dp_epsilon"] = run_epsilon(privacy, round_, sampled / pool)
             wall += time.perf_counter() - t0
             entry["seconds"] = round(time.perf_counter() - t0, 3)
             history.append(entry)
@@ -258,6 +264,9 @@ class Runner:
             "samples_per_second": round(self.fed.samples / wall, 1) if wall > 0 else 0.0,
             "device": str(self.exp.device),
         }
+        if self.exp.algorithm.run.privacy is not None:
+            summary["dp_epsilon"] = history[-1]["dp_epsilon"]
+            summary["dp_delta"] = cfg.dp_delta
         if "personalized_accuracy" in last:
             summary["personalized_accuracy"] = last["personalized_accuracy"]
             summary["personalized_accuracy_std"] = last["personalized_accuracy_std"]

@@ -43,6 +43,11 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"personalized accuracy: {_pct(summary['personalized_accuracy'])} "
             f"± {_pct(summary['personalized_accuracy_std'])}"
         )
+    if "dp_epsilon" in summary:
+        lines.append(
+            f"differential privacy (client level): epsilon {summary['dp_epsilon']:.2f} "
+            f"at delta {summary['dp_delta']:g}"
+        )
     lines.append(
         f"communication: {_bytes(summary['bytes_up'])} up, {_bytes(summary['bytes_down'])} down; "
         f"{summary['wall_seconds']:.1f} s, {summary['samples_per_second']:.0f} samples/s"

@@ -1,0 +1,184 @@
+"""Differential privacy per kind of share: central DP for models, clipped noisy prototypes.
+
+``MODEL`` replies (DP-FedAvg, McMahan et al., ICLR 2018, with a fixed number of clients per
+round): each client's update ``Δ_i = m_i − g`` (every floating tensor of the state dict) is
+clipped to L2 norm ``C`` as one vector, the server averages the clipped updates uniformly over
+the ``n`` clients actually aggregated and adds Gaussian noise of standard deviation
+``z · C / n`` per coordinate — the mean's sensitivity to one client is ``C / n``, so the noise
+multiplier ``z`` is relative to it. Integer buffers (BatchNorm ``num_batches_tracked``) carry
+no information about the data beyond the round count and keep the global value.
+
+``PROTOTYPE`` replies: a client withholds every class it holds fewer than ``min_count``
+examples of (a prototype of very few images is close to those images), clips each class
+prototype to norm ``C``; the server averages each class uniformly over the ``n_c`` clients
+that sent it and adds noise of standard deviation ``z · C / n_c``.
+
+The privacy loss of the run is tracked with Opacus's RDP accountant: one step per round with
+sampling rate ``sampled clients / all clients`` and noise multiplier ``z``, ε reported at the
+run's ``δ``. The guarantee is client-level and assumes an honest-but-curious server that adds
+the noise (central DP).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+Tensors = Mapping[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    """The run's DP parameters (run keys ``dp_clip``, ``dp_noise``, ``dp_delta``,
+    ``dp_min_count``)."""
+
+    clip: float
+    noise_multiplier: float
+    delta: float = 1e-5
+    min_count: int = 5
+
+
+def update_norm(update: Tensors) -> float:
+    """L2 norm of all floating tensors of ``update`` taken as one vector."""
+    total = sum(
+        float(t.detach().to(torch.float64).pow(2).sum())
+        for t in update.values()
+        if t.is_floating_point()
+    )
+    return math.sqrt(total)
+
+
+def clip_update(update: Tensors, clip: float) -> dict[str, torch.Tensor]:
+    """``update`` scaled by ``min(1, clip / ‖update‖)`` (floating tensors; others as given)."""
+    if clip <= 0:
+        raise ValueError(f"clip must be positive, got {clip}")
+    norm = update_norm(update)
+    scale = min(1.0, clip / norm) if norm > 0 else 1.0
+    return {
+        k: (t.detach().to(torch.float64) * scale if t.is_floating_point() else t)
+        for k, t in update.items()
+    }
+
+
+def private_model_mean(
+    global_model: Tensors,
+    client_models: Sequence[Tensors],
+    clip: float,
+    noise_multiplier: float,
+    generator: torch.Generator,
+) -> dict[str, torch.Tensor]:
+    """The new global model: ``g + mean_i clip(m_i − g) + N(0, (z·C/n)²)``."""
+    if not client_models:
+        raise ValueError("private_model_mean needs at least one client model")
+    n = len(client_models)
+    sigma = noise_multiplier * clip / n
+    sums = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in global_model.items()}
+    for model in client_models:
+        update = {
+            k: model[k].detach().to(torch.float64) - g.detach().to(torch.float64)
+            for k, g in global_model.items()
+            if g.is_floating_point()
+        }
+        for k, value in clip_update(update, clip).items():
+            sums[k] += value
+    out: dict[str, torch.Tensor] = {}
+    for k, g in global_model.items():
+        if not g.is_floating_point():
+            out[k] = g.clone()
+            continue
+        noise = torch.randn(g.shape, generator=generator, dtype=torch.float64) * sigma
+        out[k] = (g.detach().to(torch.float64) + sums[k] / n + noise).to(g.dtype)
+    return out
+
+
+def withhold_and_clip_prototypes(
+    prototypes: Mapping[int, torch.Tensor],
+    counts: Mapping[int, int],
+    clip: float,
+    min_count: int,
+) -> tuple[dict[int, torch.Tensor], dict[int, int]]:
+    """The client side: drop classes with fewer than ``min_count`` examples, clip each
+    remaining prototype to norm ``clip``."""
+    kept_protos, kept_counts = {}, {}
+    for label, proto in prototypes.items():
+        if counts.get(label, 0) < min_count:
+            continue
+        norm = float(proto.detach().to(torch.float64).norm())
+        scale = min(1.0, clip / norm) if norm > 0 else 1.0
+        kept_protos[label] = (proto.detach().to(torch.float64) * scale).to(proto.dtype)
+        kept_counts[label] = int(counts[label])
+    return kept_protos, kept_counts
+
+
+def private_prototype_mean(
+    tables: Sequence[Mapping[int, torch.Tensor]],
+    clip: float,
+    noise_multiplier: float,
+    generator: torch.Generator,
+) -> dict[int, torch.Tensor]:
+    """The server side: per class, the uniform mean of the (clipped) prototypes of the
+    ``n_c`` clients that sent one, plus ``N(0, (z·C/n_c)²)``. Prototypes are clipped again,
+    so a client that skipped clipping gains nothing."""
+    sums: dict[int, torch.Tensor] = {}
+    senders: dict[int, int] = {}
+    for table in tables:
+        for label, proto in table.items():
+            value = proto.detach().to(torch.float64)
+            norm = float(value.norm())
+            if norm > clip:
+                value = value * (clip / norm)
+            sums[label] = sums.get(label, 0) + value
+            senders[label] = senders.get(label, 0) + 1
+    out = {}
+    for label in sorted(sums):
+        n = senders[label]
+        noise = torch.randn(sums[label].shape, generator=generator, dtype=torch.float64)
+        out[label] = (sums[label] / n + noise * (noise_multiplier * clip / n)).to(torch.float32)
+    return out
+
+
+class PrivacyAccountant:
+    """ε of the run so far, from Opacus's RDP accountant (one step per aggregated round)."""
+
+    def __init__(self, noise_multiplier: float, delta: float):
+        from opacus.accountants import RDPAccountant
+
+        if noise_multiplier <= 0:
+            raise ValueError(f"noise_multiplier must be positive, got {noise_multiplier}")
+        if not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta}")
+        self.noise_multiplier, self.delta = noise_multiplier, delta
+        self._accountant = RDPAccountant()
+
+    def step(self, sample_rate: float) -> None:
+        """Account one round in which a ``sample_rate`` share of the clients was sampled."""
+        self._accountant.step(noise_multiplier=self.noise_multiplier, sample_rate=sample_rate)
+
+    @property
+    def rounds(self) -> int:
+        return sum(steps for _, _, steps in self._accountant.history)
+
+    def epsilon(self) -> float:
+        """ε at this accountant's δ (0 before the first round)."""
+        if not self._accountant.history:
+            return 0.0
+        return float(self._accountant.get_epsilon(delta=self.delta))
+
+    def state(self) -> list[tuple[float, float, int]]:
+        """The history to checkpoint: ``(noise_multiplier, sample_rate, steps)`` entries."""
+        return [tuple(entry) for entry in self._accountant.history]
+
+    def load(self, history: Sequence[Sequence[float]]) -> None:
+        """Restore a checkpointed history (``--resume``)."""
+        self._accountant.history = [(float(z), float(q), int(s)) for z, q, s in history]
+
+
+def run_epsilon(settings: PrivacySettings, rounds: int, sample_rate: float) -> float:
+    """ε after ``rounds`` rounds that each sampled a ``sample_rate`` share of the clients."""
+    accountant = PrivacyAccountant(settings.noise_multiplier, settings.delta)
+    if rounds > 0:
+        accountant.load([(settings.noise_multiplier, sample_rate, rounds)])
+    return accountant.epsilon()

@@ -1,0 +1,161 @@
+"""Differential privacy rules: exact clipping, the noise's stated scale, withheld classes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fedshift.core.privacy import (
+    PrivacyAccountant,
+    clip_update,
+    private_model_mean,
+    private_prototype_mean,
+    update_norm,
+    withhold_and_clip_prototypes,
+)
+
+
+def test_clipping_scales_the_whole_update_as_one_vector():
+    update = {"a": torch.tensor([3.0, 0.0]), "b": torch.tensor([4.0]), "n": torch.tensor(7)}
+    assert update_norm(update) == 5.0
+    clipped = clip_update(update, 1.0)
+    assert torch.allclose(clipped["a"], torch.tensor([0.6, 0.0], dtype=torch.float64))
+    assert torch.allclose(clipped["b"], torch.tensor([0.8], dtype=torch.float64))
+    assert clipped["n"] == 7
+    assert torch.equal(clip_update(update, 10.0)["a"], update["a"].double())
+
+
+def test_model_mean_without_noise_is_the_mean_of_clipped_updates():
+    g = {"w": torch.zeros(2), "count": torch.tensor(4)}
+    clients = [
+        {"w": torch.tensor([3.0, 4.0]), "count": torch.tensor(9)},
+        {"w": torch.tensor([0.5, 0.0]), "count": torch.tensor(1)},
+    ]
+    out = private_model_mean(
+        g, clients, clip=1.0, noise_multiplier=0.0, generator=torch.Generator()
+    )
+    # client 0 clipped to (0.6, 0.8); client 1 kept; mean over n = 2
+    assert torch.allclose(out["w"], torch.tensor([0.55, 0.4]))
+    assert out["w"].dtype == torch.float32
+    assert out["count"] == 4  # integer buffers keep the global value
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_model_noise_has_the_stated_standard_deviation(n):
+    g = {"w": torch.zeros(200_000)}
+    clients = [{"w": torch.zeros(200_000)} for _ in range(n)]
+    gen = torch.Generator().manual_seed(0)
+    out = private_model_mean(g, clients, clip=2.0, noise_multiplier=1.5, generator=gen)
+    expected = 1.5 * 2.0 / n
+    assert abs(float(out["w"].std()) / expected - 1) < 0.01
+    assert abs(float(out["w"].mean())) < 4 * expected / math.sqrt(200_000)
+
+
+def test_withheld_classes_are_absent_and_prototypes_are_clipped():
+    protos = {0: torch.tensor([6.0, 8.0]), 1: torch.tensor([0.3, 0.4]), 2: torch.ones(2)}
+    counts = {0: 10, 1: 5, 2: 2}
+    kept, kept_counts = withhold_and_clip_prototypes(protos, counts, clip=1.0, min_count=5)
+    assert sorted(kept) == [0, 1] and kept_counts == {0: 10, 1: 5}
+    assert torch.allclose(kept[0], torch.tensor([0.6, 0.8]))
+    assert torch.equal(kept[1], protos[1])
+
+
+def test_prototype_mean_noise_scale_and_server_side_clipping():
+    dim = 100_000
+    tables = [{0: torch.zeros(dim), 1: torch.zeros(dim)}, {0: torch.zeros(dim)}]
+    out = private_prototype_mean(tables, 1.0, 2.0, torch.Generator().manual_seed(1))
+    assert abs(float(out[0].std()) / (2.0 / 2) - 1) < 0.02  # class 0: n_c = 2
+    assert abs(float(out[1].std()) / 2.0 - 1) < 0.02  # class 1: n_c = 1
+    exact = private_prototype_mean([{3: torch.tensor([30.0, 40.0])}], 1.0, 0.0, torch.Generator())
+    assert torch.allclose(exact[3], torch.tensor([0.6, 0.8]))
+
+
+def test_accountant_matches_opacus_and_survives_a_checkpoint():
+    from opacus.accountants import RDPAccountant
+
+    acc = PrivacyAccountant(noise_multiplier=1.1, delta=1e-5)
+    assert acc.epsilon() == 0.0
+    reference = RDPAccountant()
+    for _ in range(10):
+        acc.step(sample_rate=0.5)
+        reference.step(noise_multiplier=1.1, sample_rate=0.5)
+    assert acc.rounds == 10
+    assert acc.epsilon() == pytest.approx(reference.get_epsilon(delta=1e-5))
+    restored = PrivacyAccountant(noise_multiplier=1.1, delta=1e-5)
+    restored.load(acc.state())
+    assert restored.epsilon() == acc.epsilon()
+    acc.step(sample_rate=0.5)
+    assert acc.epsilon() > restored.epsilon()
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        PrivacyAccountant(0.0, 1e-5)
+
+
+# -- through real runs ------------------------------------------------------------------------
+
+
+def _run(tmp_path, name, dataset, algorithm="fedavg", **overrides):
+    from test_contract import make_cfg
+
+    from fedshift.engine.assembly import prepare
+    from fedshift.engine.runner import Runner
+
+    exp = prepare(make_cfg(algorithm, rounds=2, **overrides), dataset=dataset)
+    runner = Runner(exp, tmp_path / name, progress=False)
+    return runner.run(), runner
+
+
+def test_dp_fedavg_reports_epsilon_and_is_reproducible(tmp_path, micro_digits):
+    from fedshift.core.privacy import PrivacySettings, run_epsilon
+    from fedshift.core.state import load_checkpoint
+
+    dp = {"dp_clip": 0.5, "dp_noise": 0.8, "threads": 1}
+    first, runner = _run(tmp_path, "a", micro_digits, **dp)
+    second, _ = _run(tmp_path, "b", micro_digits, **dp)
+    plain, _ = _run(tmp_path, "c", micro_digits, threads=1)
+    settings = PrivacySettings(0.5, 0.8, 1e-5, 5)
+    assert first["dp_epsilon"] == pytest.approx(run_epsilon(settings, 2, 1.0))
+    assert "dp_epsilon" not in plain
+    a = load_checkpoint(tmp_path / "a" / "checkpoint.pt")["server"]["model"]
+    b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")["server"]["model"]
+    c = load_checkpoint(tmp_path / "c" / "checkpoint.pt")["server"]["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a if a[k].is_floating_point())
+
+
+def test_dp_fedproto_withholds_rare_classes(tmp_path, micro_digits):
+    min_count = 5
+    summary, runner = _run(
+        tmp_path, "p", micro_digits, "fedproto", dp_clip=1.0, dp_noise=0.5, dp_min_count=min_count
+    )
+    assert summary["failed_clients"] == 0
+    sent = load_state(runner)["extra"]["client_classes"]
+    withheld = 0
+    for cid, ctx in runner.exp.contexts.items():
+        if ctx.role != "source":
+            continue
+        counts = torch.bincount(ctx.train.y, minlength=10)
+        frequent = [c for c in range(10) if counts[c] >= min_count]
+        withheld += 10 - len(frequent) - int((counts == 0).sum())
+        assert sent[str(cid)] == frequent
+    assert withheld > 0  # the test data has rare classes, so withholding was exercised
+
+
+def load_state(runner):
+    from fedshift.core.state import load_checkpoint
+
+    return load_checkpoint(runner.checkpoint_path)["server"]
+
+
+def test_dp_needs_an_algorithm_it_covers_and_sane_values():
+    from test_contract import make_cfg
+
+    from fedshift.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="does not cover; it runs with: .*fedavg"):
+        make_cfg("ccst", dp_clip=1.0)
+    with pytest.raises(ConfigError, match="dp_noise must be > 0"):
+        make_cfg("fedavg", dp_clip=1.0, dp_noise=0)
+    with pytest.raises(ConfigError, match="dp_delta"):
+        make_cfg("fedavg", dp_delta=1.5)
