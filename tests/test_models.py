@@ -32,7 +32,7 @@ def _batch(n: int = 2, c: int = 3, size: int = 32, seed: int = 123) -> torch.Ten
 
 def test_registry_matches_expected_names():
     # unet (segmentation, per-pixel outputs) is tested in test_segmentation.py
-    assert set(MODELS) == set(EMBED) | {"unet"}
+    assert set(MODELS) == set(EMBED) | {"unet", "alexnet"}
     assert all(isinstance(v, str) and v for v in MODELS.values())
 
 
@@ -146,6 +146,63 @@ def test_torchvision_resnet18_state_dict_loads(tmp_path):
     x = _batch(seed=4)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), tv(x), rtol=0, atol=0)
+
+
+def test_alexnet_matches_torchvision_and_refuses_tiny_images(tmp_path):
+    torch.manual_seed(5)
+    tv = tvm.alexnet(weights=None, num_classes=6).eval()
+    path = tmp_path / "alexnet.pt"
+    torch.save(tv.state_dict(), path)
+    ours = build_model("alexnet", 6, image_size=64, weights_path=path).eval()
+    assert ours.embed_dim == 4096
+    x = _batch(size=64, seed=6)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), tv(x), rtol=0, atol=0)
+        assert ours.features(x).shape == (2, 4096)
+    assert sorted(k for k in ours.state_dict() if k.startswith("head.")) == [
+        "head.bias",
+        "head.weight",
+    ]
+    with pytest.raises(ValueError, match="at least 63 px"):
+        build_model("alexnet", 6, image_size=32)
+
+
+def _fake_imagenet_file(folder, monkeypatch, arch="resnet18"):
+    """torchvision-layout weights saved under a name whose hash matches their content."""
+    import hashlib
+
+    from fedshift.models import weights
+
+    torch.manual_seed(8)
+    tv = tvm.resnet18(weights=None).eval()
+    staging = folder / "staging.pth"
+    torch.save(tv.state_dict(), staging)
+    digest = hashlib.sha256(staging.read_bytes()).hexdigest()[:8]
+    checkpoints = folder / "hub" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    name = f"{arch}-{digest}.pth"
+    staging.rename(checkpoints / name)
+    monkeypatch.setenv("TORCH_HOME", str(folder))
+    monkeypatch.setitem(weights.IMAGENET_FILES, arch, name)
+    return tv, checkpoints / name
+
+
+def test_imagenet_weights_come_from_torchs_cache_checked_by_hash(tmp_path, monkeypatch):
+    tv, path = _fake_imagenet_file(tmp_path, monkeypatch)
+    with pytest.warns(UserWarning, match="head not loaded"):  # 1000 ImageNet classes
+        ours = build_model("resnet18", 5, weights_path="imagenet").eval()
+    tv.fc = torch.nn.Identity()
+    x = _batch(seed=9)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.features(x), tv(x), rtol=0, atol=0)
+    path.write_bytes(path.read_bytes()[:-1] + b"x")
+    with pytest.raises(ValueError, match="does not match the hash in its name"):
+        build_model("resnet18", 5, weights_path="imagenet")
+    path.unlink()
+    with pytest.raises(ValueError, match=f"put the file {path.name} at {path}"):
+        build_model("resnet18", 5, weights_path="imagenet")
+    with pytest.raises(ValueError, match="no ImageNet weights for model 'cnn'"):
+        build_model("cnn", 5, weights_path="imagenet")
 
 
 def test_torchvision_head_mismatch_skips_head_with_warning(tmp_path):

@@ -55,7 +55,9 @@ class RunConfig:
     weight_decay: float = 5e-4
     optimizer: str = "sgd"
     model: str = "cnn"
-    model_weights: str = ""  # local state-dict file for the backbone (never downloaded)
+    # the backbone's starting weights: a local state-dict file, or "imagenet" (torchvision's
+    # file from torch's cache, hash-checked; never downloaded)
+    model_weights: str = ""
     server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
     image_size: int = 0  # 0: the dataset's default (digits-dg 32, pacs 224, a folder 64)
     data_root: str = ""  # where a catalog dataset (pacs) lies: `fedshift datasets list`

@@ -23,11 +23,12 @@ from fedshift.plugins import (
     plugin_source,
 )
 
+from .alexnet import build_alexnet
 from .base import FedModel
 from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
 from .resnet import build_resnet
 from .unet import build_unet
-from .weights import load_weights
+from .weights import IMAGENET, imagenet_weights_file, load_weights
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -57,8 +58,18 @@ MODELS: dict[str, str] = {
         "MNIST CNN of FedAvg (McMahan et al., AISTATS 2017) as CNNMnist in FedProto "
         "(Tan et al., AAAI 2022); 28/32 px, embed_dim 50"
     ),
-    "resnet18": "ResNet-18 (He et al., CVPR 2016), torchvision, weights=None; embed_dim 512",
-    "resnet50": "ResNet-50 (He et al., CVPR 2016), torchvision, weights=None; embed_dim 2048",
+    "resnet18": (
+        "ResNet-18 (He et al., CVPR 2016), torchvision; model_weights=imagenet loads its "
+        "ImageNet weights from torch's cache; embed_dim 512"
+    ),
+    "resnet50": (
+        "ResNet-50 (He et al., CVPR 2016), torchvision; model_weights=imagenet loads its "
+        "ImageNet weights from torch's cache; embed_dim 2048"
+    ),
+    "alexnet": (
+        "AlexNet (Krizhevsky et al., NeurIPS 2012), torchvision, as FedADG uses it; >= 63 px; "
+        "model_weights=imagenet as for the ResNets; embed_dim 4096"
+    ),
     "unet": (
         "small 2-D U-Net (InstanceNorm, as FedDG-ELCFS's official code) for per-pixel "
         "foreground segmentation (problem=segmentation); 1 logit map, embed_dim 16"
@@ -75,6 +86,7 @@ _BUILDERS: dict[str, Callable[..., FedModel]] = {
     "fedproto-cnn": build_fedproto_cnn,
     "resnet18": partial(build_resnet, "resnet18"),
     "resnet50": partial(build_resnet, "resnet50"),
+    "alexnet": build_alexnet,
     "unet": build_unet,
 }
 
@@ -171,7 +183,8 @@ def build_model(
         in_channels: image channels (1 for grayscale digits, 3 for RGB).
         image_size: side of the (square) input images; fixes flatten sizes of the CNNs.
         weights_path: optional local ``state_dict`` file to load (see
-            ``fedshift.models.weights.load_weights``); never downloads.
+            ``fedshift.models.weights.load_weights``), or ``"imagenet"`` for torchvision's
+            ImageNet weights from torch's cache (``imagenet_weights_file``); never downloads.
         **options: model-specific options (see each builder's docstring); unknown options
             raise ``ValueError``.
 
@@ -197,6 +210,8 @@ def build_model(
             "(a backbone giving flat features and a head giving logits)"
         )
     if weights_path is not None:
+        if os.fspath(weights_path) == IMAGENET:
+            weights_path = imagenet_weights_file(name)
         load_weights(model, weights_path)
     return model
 

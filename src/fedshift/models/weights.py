@@ -1,17 +1,41 @@
-"""Loading a local ``state_dict`` file into a FedModel (never downloads anything)."""
+"""Loading a local ``state_dict`` file into a FedModel (never downloads anything).
+
+``model_weights=imagenet`` names torchvision's own ImageNet weight file for the model, looked
+up where torch keeps its cache (``torch.hub.get_dir()/checkpoints``, i.e.
+``$TORCH_HOME/hub/checkpoints``) and checked against the hash in its file name.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from .base import FedModel
 
-__all__ = ["load_weights"]
+__all__ = ["load_weights", "imagenet_weights_file", "IMAGENET", "IMAGENET_MEAN", "IMAGENET_STD"]
+
+#: the ``model_weights`` value that asks for torchvision's ImageNet weights
+IMAGENET = "imagenet"
+#: torchvision's ImageNet normalization (every ``IMAGENET1K`` weight set uses it)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: model -> the file name of torchvision's ImageNet weights (``IMAGENET1K_V1``, the weights
+#: the DG papers and DomainBed start from)
+IMAGENET_FILES = {
+    "resnet18": "resnet18-f37072fd.pth",
+    "resnet50": "resnet50-0676ba61.pth",
+    "alexnet": "alexnet-owt-7be5be79.pth",
+}
+#: the head of a torchvision network -> fedshift's ``head.`` (the rest is ``backbone.``)
+_TORCHVISION_HEADS = {"alexnet": "classifier.6.", "": "fc."}
+_HASH_IN_NAME = re.compile(r"-([a-f0-9]{8,})\.")
 
 _PREFIXES = ("backbone.", "head.")
 _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
@@ -81,8 +105,9 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
     name = model.arch or type(model).__name__
     ours = any(k.startswith(_PREFIXES) for k in state)
     if not ours:
+        head = _TORCHVISION_HEADS.get(model.arch, _TORCHVISION_HEADS[""])
         state = {
-            ("head." + k[3:] if k.startswith("fc.") else "backbone." + k): v
+            ("head." + k[len(head) :] if k.startswith(head) else "backbone." + k): v
             for k, v in state.items()
         }
     layout = "fedshift" if ours else "torchvision-style (mapped to backbone./head.)"
@@ -106,7 +131,7 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
         hint = (
             ""
             if ours
-            else "; a torchvision-style state_dict only fits 'resnet18'/'resnet50' "
+            else "; a torchvision-style state_dict only fits 'resnet18'/'resnet50'/'alexnet' "
             "built with the same options (small_input, in_channels) as the saved network"
         )
         raise ValueError(
@@ -134,3 +159,38 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
         )
     model.load_state_dict(merged, strict=True)
     return model
+
+
+def imagenet_weights_file(arch: str) -> Path:
+    """torchvision's ImageNet weight file for ``arch`` from torch's cache, hash-checked.
+
+    Raises:
+        ValueError: no ImageNet weights for this model, the file is absent (the message says
+            which file to put where), or its content does not match the hash in its name.
+    """
+    if arch not in IMAGENET_FILES:
+        raise ValueError(
+            f"model_weights=imagenet: no ImageNet weights for model {arch!r}; "
+            f"available for {', '.join(IMAGENET_FILES)}"
+        )
+    import torch.hub
+
+    name = IMAGENET_FILES[arch]
+    path = Path(torch.hub.get_dir()) / "checkpoints" / name
+    if not path.is_file():
+        raise ValueError(
+            f"model_weights=imagenet: torchvision's {arch} ImageNet weights are not on this "
+            f"machine; put the file {name} at {path} (fedshift never downloads; $TORCH_HOME "
+            "moves the folder), or give model_weights=PATH"
+        )
+    expected = _HASH_IN_NAME.search(name).group(1)
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if not digest.hexdigest().startswith(expected):
+        raise ValueError(
+            f"model_weights=imagenet: {path} does not match the hash in its name "
+            f"({expected}...): a corrupt or different file; replace it with torchvision's {name}"
+        )
+    return path
