@@ -58,8 +58,10 @@ class RunConfig:
     model_weights: str = ""  # local state-dict file for the backbone (never downloaded)
     server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
     image_size: int = 0  # 0: the dataset's default (digits-dg 32, pacs 224, a folder 64)
-    data_root: str = ""  # where a catalog dataset (pacs) lies: `fedshift datasets list`
+    data_root: str = ""  # where a catalog dataset lies: `fedshift datasets list`
     split_seed: int = 0  # seeds the train/val/test split of a folder dataset
+    # a folder of your own <domain>_{train,val,test}.txt lists for a catalog dataset
+    split_files: str = ""
     clients_per_domain: int = 1
     partition: str = "iid"  # how a domain is split among its clients
     dirichlet_alpha: float = 0.5

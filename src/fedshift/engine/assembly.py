@@ -211,6 +211,10 @@ def client_contexts(
     return contexts
 
 
+#: what a dataset's ``meta`` says about its copy and split that ``config.json`` records
+RECORDED_META = ("source", "root", "split", "split_seed", "split_files", "counts")
+
+
 def run_info(cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, device) -> dict:
     """What ``config.json`` records beside the config: versions, device, clients and sizes."""
     return {
@@ -232,7 +236,11 @@ def run_info(cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, device)
             }
             for c in scenario.clients
         ],
-        "dataset_meta": {"classes": dataset.classes, "image_size": dataset.image_size},
+        "dataset_meta": {
+            "classes": dataset.classes,
+            "image_size": dataset.image_size,
+            **{k: dataset.meta[k] for k in RECORDED_META if k in dataset.meta},
+        },
     }
 
 
@@ -254,6 +262,7 @@ def prepare(
                 image_size=cfg.image_size or None,
                 seed=cfg.split_seed,
                 data_root=cfg.data_root or None,
+                split_files=cfg.split_files or None,
             )
         except DatasetError as exc:
             raise ConfigError(str(exc)) from None

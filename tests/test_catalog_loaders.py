@@ -1,0 +1,182 @@
+"""Catalog datasets loaded for a run from generated trees in each authors' exact layout.
+
+Every image is a real 8x8 JPEG whose colour encodes its class, so a decoded image tells which
+label it must carry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from fedshift.cli import main
+from fedshift.data import DatasetError, load_dataset
+from fedshift.data.catalog import CATALOG, DOMAINNET10_CLASSES
+from fedshift.data.catalog_loaders import FOLDER_DATASETS
+
+FOLDER_CLASSES = ("bird", "Alarm_Clock", "car")  # created unsorted; the label order is sorted
+IMAGES_PER_CLASS = 5
+DOMAINNET_CLASSES = ("aircraft_carrier", "zebra", "bird")  # official label order, not sorted
+
+
+def _colour(name: str) -> tuple[int, int]:
+    """The red and green of class ``name``'s images (blue tells the images apart)."""
+    return (sum(map(ord, name)) * 37 % 256, len(name) * 20 % 256)
+
+
+def _jpeg(path: Path, name: str, index: int = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    colour = (*_colour(name), 40 * index % 256)
+    Image.new("RGB", (8, 8), colour).save(path, format="JPEG", quality=100)
+
+
+def _folder_tree(name: str, root: Path) -> None:
+    for domain in CATALOG[name].domains:
+        base = root / domain / "images" if name == "office31" else root / domain
+        for cls in FOLDER_CLASSES:
+            for i in range(IMAGES_PER_CLASS):
+                _jpeg(base / cls / f"{domain}_{i:03d}.jpg", cls, i)
+
+
+def _domainnet_tree(root: Path) -> dict[str, dict[str, list[str]]]:
+    """Official-format lists: 4 train and 1 test image per class; returns the list lines."""
+    lines = {}
+    for domain in CATALOG["domainnet"].domains:
+        lines[domain] = {"train": [], "test": []}
+        for label, cls in enumerate(DOMAINNET_CLASSES):
+            for i in range(5):
+                relative = f"{domain}/{cls}/{domain}_{label:03d}_{i:06d}.jpg"
+                _jpeg(root / relative, cls, i)
+                lines[domain]["test" if i == 4 else "train"].append(f"{relative} {label}")
+        for split, rows in lines[domain].items():
+            (root / f"{domain}_{split}.txt").write_text("\n".join(rows) + "\n")
+    return lines
+
+
+def _labels_match_colours(ds) -> None:
+    """Each decoded image's colour is its class's colour: labels follow the class order."""
+    for domain in ds.domains.values():
+        for split in (domain.train, domain.val, domain.test):
+            for x, y in zip(split.x, split.y, strict=True):
+                expected = torch.tensor(_colour(ds.classes[int(y)]), dtype=torch.float32)
+                assert (x[:2].float().mean(dim=(1, 2)) - expected).abs().max() < 12
+
+
+@pytest.mark.parametrize("name", FOLDER_DATASETS)
+def test_folder_datasets_domainbed_holdout_and_the_whole_domain_as_test(name, tmp_path):
+    _folder_tree(name, tmp_path)
+    ds = load_dataset(name, data_root=tmp_path, image_size=8, seed=0)
+    assert list(ds.domains) == list(CATALOG[name].domains)
+    assert ds.classes == sorted(FOLDER_CLASSES)
+    total = len(FOLDER_CLASSES) * IMAGES_PER_CLASS
+    for domain in ds.domains.values():
+        assert (len(domain.train), len(domain.val), len(domain.test)) == (12, 3, total)
+        assert torch.bincount(domain.val.y).tolist() == [1, 1, 1]  # stratified 0.2 per class
+    _labels_match_colours(ds)
+    assert "DomainBed holdout" in ds.meta["split"]
+    first = next(iter(ds.domains))
+    assert ds.meta["counts"][first] == {"train": 12, "val": 3, "test": total}
+    again = load_dataset(name, data_root=tmp_path, image_size=8, seed=0)
+    other = load_dataset(name, data_root=tmp_path, image_size=8, seed=1)
+    vals = [d.domains[first].val.x for d in (ds, again, other)]
+    assert torch.equal(vals[0], vals[1])
+    assert not torch.equal(vals[0], vals[2])
+
+
+def test_office_home_real_world_keeps_its_space(tmp_path):
+    _folder_tree("office-home", tmp_path)
+    ds = load_dataset("office-home:Art,Real World", data_root=tmp_path, image_size=8)
+    assert list(ds.domains) == ["Art", "Real World"]
+
+
+@pytest.mark.parametrize("name", ["domainnet", "domainnet10"])
+def test_domainnet_official_lists_define_splits_and_class_order(name, tmp_path):
+    lines = _domainnet_tree(tmp_path)
+    ds = load_dataset(name, data_root=tmp_path, image_size=8, seed=3)
+    if name == "domainnet":
+        assert ds.classes == list(DOMAINNET_CLASSES)
+        per_class_train = 4 * len(DOMAINNET_CLASSES)
+    else:
+        assert ds.classes == list(DOMAINNET10_CLASSES)  # aircraft_carrier is not among them
+        per_class_train = 4 * 2
+    for domain_name, domain in ds.domains.items():
+        test_lines = [
+            r for r in lines[domain_name]["test"] if name == "domainnet" or "aircraft" not in r
+        ]
+        assert len(domain.test) == len(test_lines)
+        assert len(domain.train) + len(domain.val) == per_class_train
+        assert len(domain.val) > 0
+    _labels_match_colours(ds)
+    assert "official train/test lists" in ds.meta["split"]
+
+
+def _one_line_error(match: str, name: str, root: Path, **kw) -> None:
+    with pytest.raises(DatasetError, match=match) as info:
+        load_dataset(name, data_root=root, image_size=8, **kw)
+    assert "\n" not in str(info.value)
+
+
+def test_broken_trees_are_one_line_errors(tmp_path):
+    _one_line_error("dataset root .* does not exist", "vlcs", tmp_path / "nowhere")
+    _folder_tree("vlcs", tmp_path / "vlcs")
+    (tmp_path / "vlcs" / "bird" / "x.jpg").parent.mkdir()
+    _one_line_error("missing domain folder .*Caltech101", "vlcs", tmp_path)
+    bad = tmp_path / "vlcs" / "SUN09" / "car" / "SUN09_001.jpg"
+    bad.write_bytes(b"not a jpeg")
+    _one_line_error("unreadable image file .*SUN09_001.jpg", "vlcs", tmp_path / "vlcs")
+    _domainnet_tree(tmp_path / "dn")
+    (tmp_path / "dn" / "sketch_test.txt").unlink()
+    _one_line_error("missing split list .*sketch_test.txt", "domainnet", tmp_path / "dn")
+    _one_line_error("needs|data_root", "office31", "")
+
+
+def test_user_split_files_replace_the_split(tmp_path):
+    _folder_tree("office-caltech10", tmp_path / "data")
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    classes = sorted(FOLDER_CLASSES)
+    for domain in CATALOG["office-caltech10"].domains:
+        rows = [
+            f"{domain}/{cls}/{domain}_{i:03d}.jpg {classes.index(cls)}"
+            for cls in FOLDER_CLASSES
+            for i in range(IMAGES_PER_CLASS)
+        ]
+        (lists / f"{domain}_train.txt").write_text("\n".join(rows[:9]) + "\n")
+        (lists / f"{domain}_test.txt").write_text("\n".join(rows[9:]) + "\n")
+        if domain != "dslr":
+            (lists / f"{domain}_val.txt").write_text(rows[0] + "\n")
+    ds = load_dataset(
+        "office-caltech10", data_root=tmp_path / "data", image_size=8, split_files=lists
+    )
+    amazon, dslr = ds.domains["amazon"], ds.domains["dslr"]
+    assert (len(amazon.train), len(amazon.val), len(amazon.test)) == (9, 1, 6)
+    assert len(dslr.train) + len(dslr.val) == 9 and len(dslr.val) > 0  # seeded holdout
+    _labels_match_colours(ds)
+    assert "user split lists" in ds.meta["split"]
+    (lists / "webcam_train.txt").write_text("webcam/car/webcam_000.jpg 0\n")  # car is label 2
+    _one_line_error(
+        "label 0 .* folder 'car'", "office-caltech10", tmp_path / "data", split_files=lists
+    )
+    _one_line_error("split_files applies to the catalog", "digits-dg", "", split_files=lists)
+
+
+@pytest.mark.parametrize("name", [*FOLDER_DATASETS, "domainnet", "domainnet10"])
+def test_one_round_cli_run(name, tmp_path):
+    if name.startswith("domainnet"):
+        _domainnet_tree(tmp_path / "data")
+        target = "sketch"
+    else:
+        _folder_tree(name, tmp_path / "data")
+        target = CATALOG[name].domains[-1]
+    out = tmp_path / "run"
+    argv = ["run", "-d", name, "-t", target, "--rounds", "1", "--quiet", "--out", str(out)]
+    for setting in (f"data_root={tmp_path / 'data'}", "threads=1", "image_size=16", "batch_size=8"):
+        argv += ["--set", setting]
+    assert main(argv) == 0
+    meta = json.loads((out / "config.json").read_text())["run_info"]["dataset_meta"]
+    assert target in meta["counts"] and meta["split"]
+    assert main([*argv[:-2], "--out", str(tmp_path / "r2"), "--set", "data_root=/nowhere"]) == 2
