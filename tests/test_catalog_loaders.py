@@ -57,6 +57,33 @@ def _domainnet_tree(root: Path) -> dict[str, dict[str, list[str]]]:
     return lines
 
 
+def _pacs_tree(root: Path) -> None:
+    """The kfold lists with 1-based labels: 3 train, 1 crossval, all 4 in test_kfold."""
+    for domain in CATALOG["pacs"].domains:
+        rows = []
+        for label, cls in ((1, "dog"), (3, "giraffe")):
+            for i in range(4):
+                relative = f"{domain}/{cls}/pic_{i:03d}.jpg"
+                _jpeg(root / "kfold" / relative, cls, i)
+                rows.append(f"{relative} {label}")
+        train = [r for r in rows if not r.split()[0].endswith("3.jpg")]
+        (root / f"{domain}_train_kfold.txt").write_text("\n".join(train) + "\n")
+        crossval = [r for r in rows if r.split()[0].endswith("3.jpg")]
+        (root / f"{domain}_crossval_kfold.txt").write_text("\n".join(crossval) + "\n")
+        (root / f"{domain}_test_kfold.txt").write_text("\n".join(rows) + "\n")
+
+
+def test_pacs_kfold_lists_one_based_in_the_authors_order(tmp_path):
+    _pacs_tree(tmp_path)
+    ds = load_dataset("pacs", data_root=tmp_path, image_size=8)
+    assert ds.classes[:3] == ["dog", "elephant", "giraffe"]
+    sketch = ds.domains["sketch"]
+    assert (len(sketch.train), len(sketch.val), len(sketch.test)) == (6, 2, 8)
+    assert sorted(set(sketch.test.y.tolist())) == [0, 2]
+    _labels_match_colours(ds)
+    assert ds.meta["counts"]["photo"] == {"train": 6, "val": 2, "test": 8}
+
+
 def _labels_match_colours(ds) -> None:
     """Each decoded image's colour is its class's colour: labels follow the class order."""
     for domain in ds.domains.values():
@@ -164,9 +191,12 @@ def test_user_split_files_replace_the_split(tmp_path):
     _one_line_error("split_files applies to the catalog", "digits-dg", "", split_files=lists)
 
 
-@pytest.mark.parametrize("name", [*FOLDER_DATASETS, "domainnet", "domainnet10"])
+@pytest.mark.parametrize("name", ["pacs", *FOLDER_DATASETS, "domainnet", "domainnet10"])
 def test_one_round_cli_run(name, tmp_path):
-    if name.startswith("domainnet"):
+    if name == "pacs":
+        _pacs_tree(tmp_path / "data")
+        target = "sketch"
+    elif name.startswith("domainnet"):
         _domainnet_tree(tmp_path / "data")
         target = "sketch"
     else:
