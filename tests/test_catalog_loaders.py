@@ -210,3 +210,95 @@ def test_one_round_cli_run(name, tmp_path):
     meta = json.loads((out / "config.json").read_text())["run_info"]["dataset_meta"]
     assert target in meta["counts"] and meta["split"]
     assert main([*argv[:-2], "--out", str(tmp_path / "r2"), "--set", "data_root=/nowhere"]) == 2
+
+
+def test_domainbed_augment_is_seeded_by_the_client_generator_only(tmp_path):
+    from fedshift.core.context import SplitView
+    from fedshift.core.split import Split
+    from fedshift.data.augment import DomainBedAugment
+
+    images = torch.randint(0, 256, (6, 3, 16, 16), dtype=torch.uint8)
+    augment = DomainBedAugment(16)
+    torch.manual_seed(5)
+    global_state = torch.get_rng_state()
+    first = augment(images, torch.Generator().manual_seed(1))
+    assert torch.equal(torch.get_rng_state(), global_state)  # the global RNG is untouched
+    assert first.shape == images.shape and first.dtype == torch.uint8
+    assert torch.equal(first, augment(images, torch.Generator().manual_seed(1)))
+    assert not torch.equal(first, augment(images, torch.Generator().manual_seed(2)))
+    assert not torch.equal(first, images)
+    view = SplitView(Split(x=images, y=torch.zeros(6, dtype=torch.long)), True, "cpu", augment)
+    ((plain, _),) = view.batches(6, shuffle=False)  # evaluation: no generator, no augmentation
+    assert torch.equal(plain, images.float() / 127.5 - 1.0)
+    ((trained, _),) = view.batches(6, torch.Generator().manual_seed(0), shuffle=False)
+    assert not torch.equal(trained, plain)
+
+
+def _run_inputs(tmp_path, dataset_args, *settings):
+    out = tmp_path / "run"
+    argv = ["run", *dataset_args, "--rounds", "1", "--quiet", "--out", str(out)]
+    for setting in ("threads=1", *settings):
+        argv += ["--set", setting]
+    assert main(argv) == 0
+    info = json.loads((out / "config.json").read_text())["run_info"]
+    metrics = (out / "metrics.jsonl").read_text()
+    return info["inputs"], metrics
+
+
+def test_augment_defaults_domainbed_for_the_catalog_and_none_for_digits(tmp_path):
+    _folder_tree("vlcs", tmp_path / "data")
+    common = (f"data_root={tmp_path / 'data'}", "image_size=16", "batch_size=8")
+    vlcs = ["-d", "vlcs", "-t", "VOC2007"]
+    inputs, seeded = _run_inputs(tmp_path / "a", vlcs, *common)
+    assert inputs == {"augment": "domainbed", "normalize": "symmetric"}
+    _, again = _run_inputs(tmp_path / "b", vlcs, *common)
+    assert _accuracies(seeded) == _accuracies(again)  # augmented runs stay reproducible
+    inputs, unaugmented = _run_inputs(tmp_path / "c", vlcs, *common, "augment=none")
+    assert inputs["augment"] == "none"
+    loss = _accuracies(seeded)[0]["train_loss"]
+    assert loss != _accuracies(unaugmented)[0]["train_loss"]  # the batches were augmented
+    digits = [
+        "-d",
+        "digits-dg:mnist,optdigits",
+        "-t",
+        "optdigits",
+        "--set",
+        "client_data_fraction=0.05",
+    ]
+    inputs, _ = _run_inputs(tmp_path / "d", digits)
+    assert inputs["augment"] == "none"
+
+
+def _accuracies(metrics: str) -> list:
+    return [
+        {k: v for k, v in json.loads(line).items() if "acc" in k or "loss" in k}
+        for line in metrics.splitlines()
+    ]
+
+
+def test_imagenet_normalization_for_torchvision_weights(tmp_path):
+    from fedshift.models import build_model
+    from fedshift.models.base import IMAGENET_MEAN, IMAGENET_STD
+
+    plain = build_model("resnet18", 3, image_size=16)
+    assert plain.input_normalization == "symmetric"
+    torchvision_state = {
+        ("fc." + k[5:] if k.startswith("head.") else k[9:]): v
+        for k, v in plain.state_dict().items()
+    }
+    path = tmp_path / "resnet18.pt"
+    torch.save(torchvision_state, path)
+    pretrained = build_model("resnet18", 3, image_size=16, weights_path=path, normalize="auto")
+    pretrained.eval()
+    assert pretrained.input_normalization == "imagenet"
+    assert list(pretrained.state_dict()) == list(plain.state_dict())
+    x = torch.rand(2, 3, 16, 16) * 2 - 1
+    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    plain.eval()
+    expected = plain.features(((x + 1) / 2 - mean) / std)
+    assert torch.allclose(pretrained.features(x), expected, atol=1e-5)
+    kept = build_model("resnet18", 3, image_size=16, weights_path=path)
+    assert kept.input_normalization == "symmetric"  # the library default: as before
+    with pytest.raises(ValueError, match="3 input channels"):
+        build_model("cnn", 3, in_channels=1, normalize="imagenet")

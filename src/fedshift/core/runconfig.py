@@ -23,6 +23,8 @@ DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
 FAILURE_POLICIES = ("strict", "dynamic", "resilient")
 VECTORIZE = ("auto", "off", "on")
+AUGMENTS = ("auto", "none", "domainbed")
+NORMALIZE = ("auto", "symmetric", "imagenet")
 #: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
 PROTOCOLS: dict[str, str] = {
     "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
@@ -56,12 +58,18 @@ class RunConfig:
     optimizer: str = "sgd"
     model: str = "cnn"
     model_weights: str = ""  # local state-dict file for the backbone (never downloaded)
+    # input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std), auto: imagenet
+    # when model_weights is a torchvision (ImageNet-pretrained) state_dict
+    normalize: str = "auto"
     server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
     image_size: int = 0  # 0: the dataset's default (digits-dg 32, pacs 224, a folder 64)
     data_root: str = ""  # where a catalog dataset lies: `fedshift datasets list`
     split_seed: int = 0  # seeds the train/val/test split of a folder dataset
     # a folder of your own <domain>_{train,val,test}.txt lists for a catalog dataset
     split_files: str = ""
+    # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale);
+    # auto: domainbed for the catalog photo datasets, none otherwise (digits-dg, folders)
+    augment: str = "auto"
     clients_per_domain: int = 1
     partition: str = "iid"  # how a domain is split among its clients
     dirichlet_alpha: float = 0.5
@@ -164,6 +172,8 @@ def check_run_values(cfg: RunConfig) -> None:
     check_choice("failure_policy", cfg.failure_policy, FAILURE_POLICIES)
     check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
     check_choice("vectorize", cfg.vectorize, VECTORIZE)
+    check_choice("augment", cfg.augment, AUGMENTS)
+    check_choice("normalize", cfg.normalize, NORMALIZE)
     for key in ("personal_eval_every", "eval_batch_size"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key} must be >= 0 (0: automatic), got {getattr(cfg, key)}")

@@ -189,5 +189,6 @@ def load_catalog(
             "split": description,
             "split_seed": int(seed),
             "split_files": str(split_files),
+            "augment": "domainbed",  # the training augmentation `augment=auto` picks
         },
     )

@@ -23,7 +23,7 @@ from fedshift.plugins import (
     plugin_source,
 )
 
-from .base import FedModel
+from .base import NORMALIZATIONS, FedModel, set_input_normalization
 from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
 from .resnet import build_resnet
 from .unet import build_unet
@@ -161,6 +161,7 @@ def build_model(
     in_channels: int = 3,
     image_size: int = 32,
     weights_path: str | os.PathLike | None = None,
+    normalize: str = "symmetric",
     **options,
 ) -> FedModel:
     """Build a registered model; parameters get torch's default init under the global RNG.
@@ -172,6 +173,11 @@ def build_model(
         image_size: side of the (square) input images; fixes flatten sizes of the CNNs.
         weights_path: optional local ``state_dict`` file to load (see
             ``fedshift.models.weights.load_weights``); never downloads.
+        normalize: the input normalization the backbone expects: ``symmetric`` (fedshift's
+            [-1, 1]), ``imagenet`` (ImageNet mean/std, for ImageNet-pretrained weights), or
+            ``auto``: ``imagenet`` when ``weights_path`` is a torchvision state_dict (the
+            layout of torchvision's ImageNet weights), else ``symmetric``. The run key
+            ``normalize`` defaults to ``auto``; this function to ``symmetric``.
         **options: model-specific options (see each builder's docstring); unknown options
             raise ``ValueError``.
 
@@ -196,9 +202,19 @@ def build_model(
             f"model {name!r} built a {type(model).__name__}, not a fedshift.models.FedModel "
             "(a backbone giving flat features and a head giving logits)"
         )
+    if normalize not in ("auto", *NORMALIZATIONS):
+        raise ValueError(
+            f"unknown normalize {normalize!r}; choose one of: auto, {', '.join(NORMALIZATIONS)}"
+        )
+    layout = None
     if weights_path is not None:
         load_weights(model, weights_path)
-    return model
+        layout = model.weights_layout
+    if normalize == "auto":
+        normalize = "imagenet" if layout == "torchvision" else "symmetric"
+    if normalize == "imagenet" and in_channels != 3:
+        raise ValueError(f"normalize=imagenet needs 3 input channels, got {in_channels}")
+    return set_input_normalization(model, normalize)
 
 
 #: ``hetero_models`` presets: FedProto's model heterogeneity on MNIST (conv2 with 18/20/22
