@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -302,3 +303,58 @@ def test_imagenet_normalization_for_torchvision_weights(tmp_path):
     assert kept.input_normalization == "symmetric"  # the library default: as before
     with pytest.raises(ValueError, match="3 input channels"):
         build_model("cnn", 3, in_channels=1, normalize="imagenet")
+
+
+def _mix(spec) -> dict[str, int]:
+    return {name: len(train) for name, train, _, _ in spec.mixed if len(train)}
+
+
+def test_heterogeneity_partition_mixes_domains_by_lambda(tmp_path):
+    from fedshift.data import partition_domains
+
+    _folder_tree("vlcs", tmp_path)
+    ds = load_dataset("vlcs", data_root=tmp_path, image_size=8)
+    sources = ["Caltech101", "LabelMe", "SUN09"]
+
+    def clients(lam, per_domain=2, seed=0):
+        return partition_domains(
+            ds,
+            sources,
+            clients_per_domain=per_domain,
+            scheme="heterogeneity",
+            heterogeneity_lambda=lam,
+            seed=seed,
+        )
+
+    pure = clients(0.0)
+    assert len(pure) == 6 and all(len(_mix(c)) == 1 for c in pure)
+    assert [c.domain for c in pure] == [d for d in sources for _ in range(2)]
+    even = clients(1.0, per_domain=1)
+    assert all(_mix(c) == {d: 4 for d in sources} for c in even)  # 12 train images / 3 clients
+    for lam in (0.0, 0.5, 1.0):
+        specs = clients(lam)
+        for split in (1, 2, 3):  # every sample of every split goes to exactly one client
+            for d in sources:
+                held = np.concatenate([p[split] for c in specs for p in c.mixed if p[0] == d])
+                size = len(ds.domains[d].split(("train", "val", "test")[split - 1]))
+                assert sorted(held.tolist()) == list(range(size))
+    half = clients(0.5)
+    assert all(len(_mix(c)) == 3 and max(_mix(c).values()) > 2 for c in half)
+    assert [c.mixed[0][1].tolist() for c in half] == [c.mixed[0][1].tolist() for c in clients(0.5)]
+    with pytest.raises(DatasetError, match="without train samples"):
+        clients(0.0, per_domain=13)
+
+
+def test_heterogeneity_partition_run(tmp_path):
+    _folder_tree("vlcs", tmp_path / "data")
+    out = tmp_path / "run"
+    argv = ["run", "-d", "vlcs", "-t", "VOC2007", "--rounds", "1", "--quiet", "--out", str(out)]
+    argv += ["--partition", "heterogeneity", "--clients-per-domain", "2"]
+    for setting in (f"data_root={tmp_path / 'data'}", "threads=1", "image_size=16", "lambda=0.5"):
+        argv += ["--set", setting]
+    assert main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["heterogeneity_lambda"] == 0.5
+    clients = config["run_info"]["clients"]
+    assert len(clients) == 6 and sum(c["train"] for c in clients) == 3 * 12
+    assert main([*argv[:-2], "--set", "lambda=2"]) == 2

@@ -18,7 +18,7 @@ from fedshift.core.errors import ConfigError, did_you_mean
 #: learning problems: what a model predicts (``RunConfig.problem``)
 Problem = Literal["classification", "segmentation"]
 PROBLEMS: tuple[str, ...] = typing.get_args(Problem)
-PARTITIONS = ("iid", "dirichlet", "nway-kshot")
+PARTITIONS = ("iid", "dirichlet", "nway-kshot", "heterogeneity")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
 FAILURE_POLICIES = ("strict", "dynamic", "resilient")
@@ -36,7 +36,7 @@ PROTOCOLS: dict[str, str] = {
 #: protocols that test every domain; their target defaults to "all"
 ALL_DOMAIN_PROTOCOLS = ("per-domain",)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
-RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
+RENAMED_KEYS = {"task": "problem", "resolution": "image_size", "lambda": "heterogeneity_lambda"}
 
 
 @dataclass
@@ -76,6 +76,9 @@ class RunConfig:
     ways: int = 3  # partition=nway-kshot: mean classes per client (FedProto's N)
     shots: int = 100  # partition=nway-kshot: train samples per class (FedProto's K)
     stdev: int = 2  # partition=nway-kshot: spread of ways and shots around their means
+    # partition=heterogeneity (FedDG-Benchmark's lambda, `--set lambda=` works too): 1 every
+    # client has the same domain mix, 0 each client holds one domain
+    heterogeneity_lambda: float = 0.1
     # per-client model variants, e.g. "fedproto" or "out_channels=10/18;out_channels=10/20":
     # ';' separates variants, ',' options, '/' tuple items; clients get variants in blocks
     hetero_models: str = ""
@@ -207,6 +210,10 @@ def check_run_values(cfg: RunConfig) -> None:
         raise ConfigError(
             f"ways and shots must be >= 1 and stdev >= 0, got ways={cfg.ways}, "
             f"shots={cfg.shots}, stdev={cfg.stdev}"
+        )
+    if not 0 <= cfg.heterogeneity_lambda <= 1:
+        raise ConfigError(
+            f"heterogeneity_lambda (lambda) must be in [0, 1], got {cfg.heterogeneity_lambda}"
         )
     if cfg.dirichlet_alpha <= 0:
         raise ConfigError(f"dirichlet_alpha must be > 0, got {cfg.dirichlet_alpha}")
