@@ -36,7 +36,9 @@ PROTOCOLS: dict[str, str] = {
 #: protocols that test every domain; their target defaults to "all"
 ALL_DOMAIN_PROTOCOLS = ("per-domain",)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
-RENAMED_KEYS = {"task": "problem", "resolution": "image_size", "lambda": "heterogeneity_lambda"}
+RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
+#: other names a run key answers to, silently: the papers' symbol (``lambda``) -> the key
+KEY_ALIASES = {"lambda": "heterogeneity_lambda"}
 
 
 @dataclass

@@ -303,6 +303,11 @@ def prepare(
     algorithm.check_scenario(scenario)
     try:
         augment_name = resolve_augment(cfg.augment, dataset.meta.get("augment", "none"))
+        if augment_name != "none" and cfg.problem == "segmentation":
+            raise ConfigError(
+                f"augment={augment_name} transforms images only and would misalign the "
+                "segmentation masks; use augment=none"
+            )
         augment = build_augment(augment_name, dataset.image_size, dataset.channels)
     except DatasetError as exc:
         raise ConfigError(str(exc)) from None
