@@ -106,6 +106,10 @@ def test_folder_datasets_domainbed_holdout_and_the_whole_domain_as_test(name, tm
         assert torch.bincount(domain.val.y).tolist() == [1, 1, 1]  # stratified 0.2 per class
     _labels_match_colours(ds)
     assert "DomainBed holdout" in ds.meta["split"]
+    for domain in ds.domains.values():  # train, val and test share one array: no copy
+        storage = domain.test.x.untyped_storage().data_ptr()
+        assert domain.train.x.untyped_storage().data_ptr() == storage
+        assert domain.val.x.untyped_storage().data_ptr() == storage
     first = next(iter(ds.domains))
     assert ds.meta["counts"][first] == {"train": 12, "val": 3, "test": total}
     again = load_dataset(name, data_root=tmp_path, image_size=8, seed=0)

@@ -165,6 +165,15 @@ def holdout(entries: Sequence[Entry], fraction: float, seed: int) -> tuple[list,
     return kept, [e for i, e in enumerate(entries) if i in held]
 
 
+def _rows_in_split_order(parts: Mapping[str, Sequence[Entry]]) -> dict[Path, int]:
+    """A row per distinct image, numbered by first appearance in train, then val, then test."""
+    row: dict[Path, int] = {}
+    for split in SPLITS:
+        for path, _ in parts.get(split, ()):
+            row.setdefault(path, len(row))
+    return row
+
+
 def decode_dataset(
     name: str,
     splits: Mapping[str, Mapping[str, Sequence[Entry]]],
@@ -174,7 +183,10 @@ def decode_dataset(
 ) -> DomainDataset:
     """Decode domain -> split -> entries into RGB ``image_size`` squares, each file once.
 
-    ``meta`` gains ``counts`` (domain -> split -> images) and ``classes``.
+    Images are stored in one array per domain, train rows first, then val, then the rest; a
+    split's samples are kept in row order, so a split covering a contiguous block of rows (the
+    train and val splits, a test split that is the whole domain) is a view of that array
+    rather than a copy. ``meta`` gains ``counts`` (domain -> split -> images) and ``classes``.
     """
     if isinstance(image_size, bool) or int(image_size) < 1:
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
@@ -183,19 +195,22 @@ def decode_dataset(
     domains, counts = {}, {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for domain, parts in splits.items():
-            paths = sorted({path for items in parts.values() for path, _ in items})
-            if not paths:
+            row = _rows_in_split_order(parts)
+            if not row:
                 raise DatasetError(f"{name}/{domain} has no image in any split")
-            row = {path: i for i, path in enumerate(paths)}
-            pixels = torch.from_numpy(
-                np.stack(list(pool.map(lambda p: read_image(p, size), paths)))
-            )
+            pixels = torch.empty((len(row), 3, size, size), dtype=torch.uint8)
+            for i, image in enumerate(pool.map(lambda p: read_image(p, size), row)):
+                pixels[i].numpy()[...] = image
             tensors = {}
             for split in SPLITS:
-                items = parts.get(split, ())
+                items = sorted(parts.get(split, ()), key=lambda entry: row[entry[0]])
                 index = torch.as_tensor([row[p] for p, _ in items], dtype=torch.long)
                 labels = torch.as_tensor([label for _, label in items], dtype=torch.long)
-                x = pixels[index] if len(items) else pixels.new_zeros((0, 3, size, size))
+                first = int(index[0]) if len(items) else 0
+                if torch.equal(index, torch.arange(first, first + len(items))):
+                    x = pixels[first : first + len(items)]
+                else:
+                    x = pixels[index]
                 tensors[split] = Split(x=x, y=labels)
             domains[domain] = Domain(name=domain, **tensors)
             counts[domain] = {split: len(parts.get(split, ())) for split in SPLITS}
