@@ -94,8 +94,8 @@ CATALOG: dict[str, CatalogEntry] = {
             "domainnet",
             "DomainNet (Peng et al., ICCV 2019)",
             "ROOT/<domain>/<class>/<image> + ROOT/<domain>_train.txt, ROOT/<domain>_test.txt",
-            "official train/test lists (val: a seeded stratified 0.2 of the train list); "
-            "target: its official test list",
+            "official train/test lists, class order = the lists' labels (val: a seeded "
+            "stratified 0.2 of the train list); target: its official test list",
             ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
             224,
             {
