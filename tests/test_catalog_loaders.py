@@ -123,6 +123,9 @@ def test_office_home_real_world_keeps_its_space(tmp_path):
     _folder_tree("office-home", tmp_path)
     ds = load_dataset("office-home:Art,Real World", data_root=tmp_path, image_size=8)
     assert list(ds.domains) == ["Art", "Real World"]
+    assert list(ds.meta["counts"]) == ["Art", "Real World"]  # only these were decoded
+    with pytest.raises(DatasetError, match="unknown domain 'Real_World'"):
+        load_dataset("office-home:Art,Real_World", data_root=tmp_path, image_size=8)
 
 
 @pytest.mark.parametrize("name", ["domainnet", "domainnet10"])

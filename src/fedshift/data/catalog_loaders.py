@@ -159,9 +159,13 @@ def load_catalog(
     image_size: int | None = None,
     seed: int = 0,
     split_files: str | os.PathLike = "",
+    domains: list[str] | None = None,
 ) -> DomainDataset:
     """Catalog entry ``name`` read from ``root``, decoded at its resolution (or
-    ``image_size``), split as the entry states or by the lists in ``split_files``."""
+    ``image_size``), split as the entry states or by the lists in ``split_files``.
+
+    ``domains``: decode only these (the whole copy is still checked); unknown names are
+    left for :func:`~fedshift.data.registry.restrict_domains` to report."""
     if name not in RUNNABLE:
         raise DatasetError(
             f"catalog dataset {name!r} cannot be run; runnable: {', '.join(RUNNABLE)}"
@@ -177,6 +181,8 @@ def load_catalog(
         )
     else:
         splits, description = _official_splits(entry, root, classes, seed)
+    if domains is not None:
+        splits = {d: parts for d, parts in splits.items() if d in domains}
     return decode_dataset(
         name,
         splits,

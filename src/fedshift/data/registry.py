@@ -121,6 +121,21 @@ def load_dataset(
     if not isinstance(key, str):
         raise DatasetError(f"dataset name must be a string or path, got {type(name).__name__}")
     key, only = _split_domains(key)
+    if key in CATALOG_LOADERS:
+        if not data_root:
+            raise DatasetError(
+                f"dataset {key!r} is read from your copy: give --set data_root=PATH "
+                f"(check it with `fedshift datasets check {key} --root PATH`)"
+            )
+        ds = load_catalog(
+            key,
+            data_root,
+            image_size=None if image_size is None else int(image_size),
+            seed=seed,
+            split_files=split_files or "",
+            domains=only,
+        )
+        return ds if only is None else restrict_domains(ds, only)
     if only is not None:
         ds = load_dataset(
             key,
@@ -131,19 +146,6 @@ def load_dataset(
             split_files=split_files,
         )
         return restrict_domains(ds, only)
-    if key in CATALOG_LOADERS:
-        if not data_root:
-            raise DatasetError(
-                f"dataset {key!r} is read from your copy: give --set data_root=PATH "
-                f"(check it with `fedshift datasets check {key} --root PATH`)"
-            )
-        return load_catalog(
-            key,
-            data_root,
-            image_size=None if image_size is None else int(image_size),
-            seed=seed,
-            split_files=split_files or "",
-        )
     if split_files:
         raise DatasetError(
             f"split_files applies to the catalog datasets ({', '.join(CATALOG_LOADERS)}), "
