@@ -21,6 +21,7 @@ from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
 from fedshift.core.runconfig import (
     ALL_DOMAIN_PROTOCOLS,
+    KEY_ALIASES,
     RENAMED_KEYS,
     RUN_KEYS,
     RunConfig,
@@ -35,7 +36,10 @@ log = logging.getLogger(__name__)
 
 
 def renamed(key: str) -> str:
-    """The current name of a run key (an old name is accepted with a warning)."""
+    """The current name of a run key (an old name is accepted with a warning, an alias such as
+    ``lambda`` without one)."""
+    if key in KEY_ALIASES:
+        return KEY_ALIASES[key]
     if key in RENAMED_KEYS:
         log.warning("run key %r is now called %r", key, RENAMED_KEYS[key])
         return RENAMED_KEYS[key]

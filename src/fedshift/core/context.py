@@ -16,12 +16,24 @@ class LabelAccessError(PermissionError):
 
 
 class SplitView:
-    """A client's view of one split. Labels are unreachable when ``labeled`` is False."""
+    """A client's view of one split. Labels are unreachable when ``labeled`` is False.
 
-    def __init__(self, split: Split, labeled: bool, device: torch.device):
+    ``augment`` (uint8 images, generator -> uint8 images) is applied to the batches drawn
+    with a generator, i.e. training batches; evaluation passes (no generator) see the images
+    as stored.
+    """
+
+    def __init__(
+        self,
+        split: Split,
+        labeled: bool,
+        device: torch.device,
+        augment: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    ):
         self._split = split
         self.labeled = labeled
         self.device = device
+        self.augment = augment
 
     def __len__(self) -> int:
         return len(self._split)
@@ -51,7 +63,8 @@ class SplitView:
         drop_last: bool = False,
         labels: bool = True,
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
-        """Yield ``(x, y)`` batches on the device, x normalized to [-1, 1].
+        """Yield ``(x, y)`` batches on the device, x normalized to [-1, 1] (augmented first
+        when the view has an ``augment`` and ``rng`` is given).
 
         ``y`` is None when ``labels`` is False; asking for labels of an unlabeled client
         raises :class:`LabelAccessError`.
@@ -62,7 +75,10 @@ class SplitView:
         stop = n - (n % batch_size) if drop_last and n >= batch_size else n
         for start in range(0, stop, batch_size):
             idx = order[start : start + batch_size]
-            x = to_input(self._split.x[idx], self.device)
+            images = self._split.x[idx]
+            if self.augment is not None and rng is not None:
+                images = self.augment(images.to(self.device, non_blocking=True), rng)
+            x = to_input(images, self.device)
             y = y_all[idx].to(self.device, non_blocking=True) if y_all is not None else None
             yield x, y
 

@@ -18,11 +18,13 @@ from fedshift.core.errors import ConfigError, did_you_mean
 #: learning problems: what a model predicts (``RunConfig.problem``)
 Problem = Literal["classification", "segmentation"]
 PROBLEMS: tuple[str, ...] = typing.get_args(Problem)
-PARTITIONS = ("iid", "dirichlet", "nway-kshot")
+PARTITIONS = ("iid", "dirichlet", "nway-kshot", "heterogeneity")
 DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
 FAILURE_POLICIES = ("strict", "dynamic", "resilient")
 VECTORIZE = ("auto", "off", "on")
+AUGMENTS = ("auto", "none", "domainbed")
+NORMALIZE = ("auto", "symmetric", "imagenet")
 #: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
 PROTOCOLS: dict[str, str] = {
     "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
@@ -35,6 +37,8 @@ PROTOCOLS: dict[str, str] = {
 ALL_DOMAIN_PROTOCOLS = ("per-domain",)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
 RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
+#: other names a run key answers to, silently: the papers' symbol (``lambda``) -> the key
+KEY_ALIASES = {"lambda": "heterogeneity_lambda"}
 
 
 @dataclass
@@ -58,16 +62,27 @@ class RunConfig:
     # the backbone's starting weights: a local state-dict file, or "imagenet" (torchvision's
     # file from torch's cache, hash-checked; never downloaded)
     model_weights: str = ""
+    # input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std), auto: imagenet
+    # when model_weights is a torchvision (ImageNet-pretrained) state_dict
+    normalize: str = "auto"
     server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
     image_size: int = 0  # 0: the dataset's default (digits-dg 32, pacs 224, a folder 64)
-    data_root: str = ""  # where a catalog dataset (pacs) lies: `fedshift datasets list`
+    data_root: str = ""  # where a catalog dataset lies: `fedshift datasets list`
     split_seed: int = 0  # seeds the train/val/test split of a folder dataset
+    # a folder of your own <domain>_{train,val,test}.txt lists for a catalog dataset
+    split_files: str = ""
+    # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale);
+    # auto: domainbed for the catalog photo datasets, none otherwise (digits-dg, folders)
+    augment: str = "auto"
     clients_per_domain: int = 1
     partition: str = "iid"  # how a domain is split among its clients
     dirichlet_alpha: float = 0.5
     ways: int = 3  # partition=nway-kshot: mean classes per client (FedProto's N)
     shots: int = 100  # partition=nway-kshot: train samples per class (FedProto's K)
     stdev: int = 2  # partition=nway-kshot: spread of ways and shots around their means
+    # partition=heterogeneity (FedDG-Benchmark's lambda, `--set lambda=` works too): 1 every
+    # client has the same domain mix, 0 each client holds one domain
+    heterogeneity_lambda: float = 0.1
     # per-client model variants, e.g. "fedproto" or "out_channels=10/18;out_channels=10/20":
     # ';' separates variants, ',' options, '/' tuple items; clients get variants in blocks
     hetero_models: str = ""
@@ -171,6 +186,8 @@ def check_run_values(cfg: RunConfig) -> None:
     check_choice("failure_policy", cfg.failure_policy, FAILURE_POLICIES)
     check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
     check_choice("vectorize", cfg.vectorize, VECTORIZE)
+    check_choice("augment", cfg.augment, AUGMENTS)
+    check_choice("normalize", cfg.normalize, NORMALIZE)
     for key in ("personal_eval_every", "eval_batch_size"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key} must be >= 0 (0: automatic), got {getattr(cfg, key)}")
@@ -204,6 +221,10 @@ def check_run_values(cfg: RunConfig) -> None:
         raise ConfigError(
             f"ways and shots must be >= 1 and stdev >= 0, got ways={cfg.ways}, "
             f"shots={cfg.shots}, stdev={cfg.stdev}"
+        )
+    if not 0 <= cfg.heterogeneity_lambda <= 1:
+        raise ConfigError(
+            f"heterogeneity_lambda (lambda) must be in [0, 1], got {cfg.heterogeneity_lambda}"
         )
     if cfg.dirichlet_alpha <= 0:
         raise ConfigError(f"dirichlet_alpha must be > 0, got {cfg.dirichlet_alpha}")

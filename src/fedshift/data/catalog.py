@@ -94,7 +94,8 @@ CATALOG: dict[str, CatalogEntry] = {
             "domainnet",
             "DomainNet (Peng et al., ICCV 2019)",
             "ROOT/<domain>/<class>/<image> + ROOT/<domain>_train.txt, ROOT/<domain>_test.txt",
-            "official train/test lists; target: its official test list",
+            "official train/test lists, class order = the lists' labels (val: a seeded "
+            "stratified 0.2 of the train list); target: its official test list",
             ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
             224,
             {
@@ -111,7 +112,8 @@ CATALOG: dict[str, CatalogEntry] = {
             "domainnet10",
             "DomainNet 10-class subset of FedBN (bird .. zebra)",
             "as domainnet (only the 10 classes are read)",
-            "official DomainNet train/test lists restricted to the 10 classes",
+            "official DomainNet train/test lists restricted to the 10 classes, relabelled "
+            "0..9 in this order (val: a seeded stratified 0.2 of the train list)",
             ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
             224,
             {},
@@ -122,7 +124,7 @@ CATALOG: dict[str, CatalogEntry] = {
             "office-caltech10",
             "Office-Caltech10 (Gong et al., CVPR 2012)",
             "ROOT/<domain>/<class>/<image>",
-            "seeded 80/20 holdout; target: whole domain",
+            "DomainBed 80/20 seeded holdout; target: whole domain",
             ("amazon", "caltech", "dslr", "webcam"),
             224,
             {"amazon": 958, "caltech": 1123, "dslr": 157, "webcam": 295},
@@ -131,7 +133,7 @@ CATALOG: dict[str, CatalogEntry] = {
             "office31",
             "Office-31 (Saenko et al., ECCV 2010)",
             "ROOT/<domain>/images/<class>/<image> or ROOT/<domain>/<class>/<image>",
-            "seeded 80/20 holdout; target: whole domain",
+            "DomainBed 80/20 seeded holdout; target: whole domain",
             ("amazon", "dslr", "webcam"),
             224,
             {"amazon": 2817, "dslr": 498, "webcam": 795},

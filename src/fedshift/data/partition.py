@@ -1,4 +1,5 @@
-"""Split domains into federated clients: IID, Dirichlet or N-way K-shot label skew per domain."""
+"""Split domains into federated clients: IID, Dirichlet or N-way K-shot label skew per domain,
+or FedDG-Benchmark's heterogeneity partition, whose clients mix domains."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from fedshift.data.domains import DatasetError, DomainDataset
 
-SCHEMES = ("iid", "dirichlet", "nway-kshot")
+SCHEMES = ("iid", "dirichlet", "nway-kshot", "heterogeneity")
 ROLES = ("source", "target")
 _MAX_DIRICHLET_ATTEMPTS = 200
 
@@ -25,9 +26,14 @@ class ClientSpec:
     train_idx: np.ndarray
     val_idx: np.ndarray
     test_idx: np.ndarray
+    #: a client mixing domains (heterogeneity partition): (domain, train, val, test) indices
+    #: per domain it holds; ``domain`` and the fields above are then its largest share
+    mixed: tuple[tuple[str, np.ndarray, np.ndarray, np.ndarray], ...] = ()
 
     @property
     def num_train(self) -> int:
+        if self.mixed:
+            return int(sum(len(train) for _, train, _, _ in self.mixed))
         return int(len(self.train_idx))
 
 
@@ -151,6 +157,107 @@ def _nway_kshot(
     return shares
 
 
+def _heterogeneity_weights(sizes: np.ndarray, shards: int, lam: float) -> np.ndarray:
+    """(shards x domains) share of each domain's samples each shard gets (columns sum to 1).
+
+    FedDG-Benchmark's partition (Bai et al., ICLR 2024, ``NonIIDSplitter``): with at most as
+    many domains as shards, each domain is the *main* domain of one shard, and each further
+    shard goes, one at a time, to the domain with the most samples per main shard; a shard
+    gets ``(1 - lam)`` of its main domain's samples split evenly among that domain's main
+    shards, plus ``lam / shards`` of every domain. With more domains than shards, whole
+    domains go (largest first) to the shard holding the fewest samples, mixed the same way.
+    ``lam = 1``: every shard has the same domain mix; ``lam = 0``: shards are domain-pure.
+    """
+    num_domains = len(sizes)
+    separated = np.zeros((shards, num_domains))
+    if num_domains <= shards:
+        main_shards = np.ones(num_domains, dtype=np.int64)
+        while main_shards.sum() < shards:
+            main_shards[int(np.argmax(sizes / main_shards))] += 1
+        row = 0
+        for d, count in enumerate(main_shards):
+            separated[row : row + count, d] = 1.0 / count
+            row += count
+    else:
+        load = np.zeros(shards)
+        for d in np.argsort(-sizes, kind="stable"):
+            shard = int(np.argmin(load))
+            separated[shard, d] = 1.0
+            load[shard] += sizes[d]
+    return (1.0 - lam) * separated + lam / shards
+
+
+def _shard_counts(sizes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Whole sample counts per (shard, domain) closest to ``weights * sizes``, each column
+    summing to its domain's size (the largest remainders round up)."""
+    exact = weights * sizes
+    counts = np.floor(exact).astype(np.int64)
+    for d in range(len(sizes)):
+        missing = int(sizes[d] - counts[:, d].sum())
+        if missing > 0:
+            order = np.argsort(-(exact[:, d] - counts[:, d]), kind="stable")
+            counts[order[:missing], d] += 1
+    return counts
+
+
+def _heterogeneity(
+    dataset: DomainDataset,
+    domains: list[str],
+    shards: int,
+    lam: float,
+    seed: int,
+    role: str,
+    first_id: int,
+) -> list[ClientSpec]:
+    """``shards`` clients mixing ``domains`` by :func:`_heterogeneity_weights`; each split of
+    each domain is shuffled once (seeded per domain) and handed out in consecutive blocks."""
+    if not 0.0 <= lam <= 1.0:
+        raise DatasetError(f"heterogeneity lambda must be in [0, 1], got {lam}")
+    doms = [dataset.domain(d) for d in domains]
+    train_sizes = np.asarray([len(dom.train) for dom in doms], dtype=np.float64)
+    weights = _heterogeneity_weights(train_sizes, shards, lam)
+    rngs = [_domain_rng(seed, d) for d in domains]
+    blocks = {}
+    for split in ("train", "val", "test"):
+        sizes = np.asarray([len(dom.split(split)) for dom in doms], dtype=np.int64)
+        counts = _shard_counts(sizes, weights)
+        orders = [rng.permutation(int(n)) for rng, n in zip(rngs, sizes, strict=True)]
+        starts = np.zeros(len(doms), dtype=np.int64)
+        for shard in range(shards):
+            for d in range(len(doms)):
+                stop = starts[d] + counts[shard, d]
+                blocks[split, shard, d] = np.sort(orders[d][starts[d] : stop])
+                starts[d] = stop
+    specs = []
+    for shard in range(shards):
+        parts = tuple(
+            (domains[d], *(blocks[split, shard, d] for split in ("train", "val", "test")))
+            for d in range(len(doms))
+            if len(blocks["train", shard, d])
+            or len(blocks["val", shard, d])
+            or len(blocks["test", shard, d])
+        )
+        if not any(len(train) for _, train, _, _ in parts):
+            raise DatasetError(
+                f"heterogeneity partition into {shards} clients leaves client {shard} without "
+                "train samples; use fewer clients"
+            )
+        main = max(parts, key=lambda part: len(part[1]))
+        specs.append(
+            ClientSpec(
+                client_id=first_id + shard,
+                name=f"client{shard}-{main[0]}",
+                domain=main[0],
+                role=role,
+                train_idx=main[1].astype(np.int64),
+                val_idx=main[2].astype(np.int64),
+                test_idx=main[3].astype(np.int64),
+                mixed=parts,
+            )
+        )
+    return specs
+
+
 def partition_domains(
     dataset: DomainDataset,
     domains: list[str],
@@ -165,6 +272,7 @@ def partition_domains(
     ways: int = 3,
     shots: int = 100,
     stdev: int = 2,
+    heterogeneity_lambda: float = 0.1,
 ) -> list[ClientSpec]:
     """Make ``clients_per_domain`` clients for each domain in ``domains`` (in that order).
 
@@ -173,7 +281,10 @@ def partition_domains(
     until every client has at least ``min_samples``); its val/test shares follow the same class
     proportions. ``scheme="nway-kshot"`` is FedProto's label skew (see :func:`_nway_kshot`):
     about ``ways`` classes of about ``shots`` train samples each per client, both varied by
-    ``stdev``. Client ids are consecutive from ``first_id``. Deterministic given ``seed``.
+    ``stdev``. ``scheme="heterogeneity"`` is FedDG-Benchmark's partition (see
+    :func:`_heterogeneity_weights`): ``clients_per_domain * len(domains)`` clients whose
+    domain mix ``heterogeneity_lambda`` sets (1: the same mix everywhere, 0: one domain per
+    client). Client ids are consecutive from ``first_id``. Deterministic given ``seed``.
     """
     if isinstance(domains, str):
         domains = [domains]
@@ -208,6 +319,16 @@ def partition_domains(
             f"shots={shots}, stdev={stdev}"
         )
 
+    if scheme == "heterogeneity":
+        return _heterogeneity(
+            dataset,
+            domains,
+            k * len(domains),
+            float(heterogeneity_lambda),
+            seed,
+            role,
+            int(first_id),
+        )
     specs: list[ClientSpec] = []
     next_id = int(first_id)
     for d in domains:

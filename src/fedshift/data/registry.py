@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from fedshift.data import digits, pacs
+from fedshift.data import digits
+from fedshift.data.catalog_loaders import RUNNABLE, load_catalog
 from fedshift.data.custom import load_custom_dataset
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import load_folder_dataset
@@ -15,8 +16,8 @@ from fedshift.data.folder import load_folder_dataset
 DATASETS: dict[str, str] = {digits.NAME: digits.DESCRIPTION}
 
 _FOLDER_PREFIX = "folder:"
-#: catalog entries fedshift can run (each needs ``data_root``) -> loader
-CATALOG_LOADERS = {pacs.NAME: pacs.load_pacs}
+#: catalog entries fedshift can run (each needs ``data_root``)
+CATALOG_LOADERS = RUNNABLE
 
 
 def _resize_split(split: Split, size: int) -> Split:
@@ -102,6 +103,7 @@ def load_dataset(
     cache_dir: str | os.PathLike | None = None,
     seed: int = 0,
     data_root: str | os.PathLike | None = None,
+    split_files: str | os.PathLike | None = None,
 ) -> DomainDataset:
     """Load a dataset by built-in name, ``folder:PATH``, or an existing directory path.
 
@@ -109,8 +111,9 @@ def load_dataset(
     experiments on a single domain). ``digits-dg`` is built once and cached in ``cache_dir``
     (default ``$FEDSHIFT_CACHE`` or ``~/.cache/fedshift``); its content does not depend on
     ``seed``. For folder datasets ``seed`` fixes the train/val/test split and ``image_size``
-    defaults to 64. A catalog entry (``pacs``) is read from ``data_root`` at its own default
-    resolution (224 for PACS) with its official split.
+    defaults to 64. A catalog entry (``pacs``, ``office-home``, ``domainnet``, ...) is read from
+    ``data_root`` at its own resolution (224 px) with the split its catalog entry states
+    (official lists, else a ``seed``-ed holdout), or the user's lists in ``split_files``.
     """
     if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
@@ -118,21 +121,36 @@ def load_dataset(
     if not isinstance(key, str):
         raise DatasetError(f"dataset name must be a string or path, got {type(name).__name__}")
     key, only = _split_domains(key)
-    if only is not None:
-        ds = load_dataset(
-            key, image_size=image_size, cache_dir=cache_dir, seed=seed, data_root=data_root
-        )
-        return restrict_domains(ds, only)
     if key in CATALOG_LOADERS:
         if not data_root:
             raise DatasetError(
                 f"dataset {key!r} is read from your copy: give --set data_root=PATH "
                 f"(check it with `fedshift datasets check {key} --root PATH`)"
             )
-        loader = CATALOG_LOADERS[key]
-        if image_size is None:
-            return loader(data_root)
-        return loader(data_root, image_size=int(image_size))
+        ds = load_catalog(
+            key,
+            data_root,
+            image_size=None if image_size is None else int(image_size),
+            seed=seed,
+            split_files=split_files or "",
+            domains=only,
+        )
+        return ds if only is None else restrict_domains(ds, only)
+    if only is not None:
+        ds = load_dataset(
+            key,
+            image_size=image_size,
+            cache_dir=cache_dir,
+            seed=seed,
+            data_root=data_root,
+            split_files=split_files,
+        )
+        return restrict_domains(ds, only)
+    if split_files:
+        raise DatasetError(
+            f"split_files applies to the catalog datasets ({', '.join(CATALOG_LOADERS)}), "
+            f"not to {key!r}"
+        )
     custom = load_custom_dataset(key, seed=seed)
     if custom is not None:
         return custom if image_size is None else _resized(custom, int(image_size))

@@ -23,6 +23,7 @@ from fedshift.core.runconfig import RunConfig
 from fedshift.core.seeding import derive_seed
 from fedshift.core.version import __version__
 from fedshift.data import load_dataset
+from fedshift.data.augment import Augment, build_augment, resolve_augment
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.protocols import build_scenario
 from fedshift.engine.scenario import Scenario, server_images
@@ -55,6 +56,7 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None =
                 in_channels=dataset.channels,
                 image_size=image_size,
                 weights_path=cfg.model_weights or None,
+                normalize=cfg.normalize,
                 **(options or {}),
             )
         except ValueError as exc:
@@ -189,8 +191,11 @@ def client_contexts(
     train_cfg: TrainConfig,
     device: torch.device,
     total_rounds: int,
+    augment: Augment | None = None,
 ) -> dict[int, ClientContext]:
-    """One context per client; an unlabeled (target) client's views hide their labels."""
+    """One context per client; an unlabeled (target) client's views hide their labels.
+
+    ``augment`` applies to the training batches of every client's train view."""
     contexts = {}
     for client in scenario.clients:
         labeled = client.role == "source"
@@ -199,7 +204,7 @@ def client_contexts(
             name=client.name,
             domain=client.domain,
             role=client.role,
-            train=SplitView(client.train, labeled, device),
+            train=SplitView(client.train, labeled, device, augment),
             val=SplitView(client.val, labeled, device),
             test=SplitView(client.test, labeled, device),
             num_classes=num_classes,
@@ -212,8 +217,19 @@ def client_contexts(
     return contexts
 
 
-def run_info(cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, device) -> dict:
-    """What ``config.json`` records beside the config: versions, device, clients and sizes."""
+#: what a dataset's ``meta`` says about its copy and split that ``config.json`` records
+RECORDED_META = ("source", "root", "split", "split_seed", "split_files", "counts")
+
+
+def run_info(
+    cfg: RunConfig,
+    dataset: DomainDataset,
+    scenario: Scenario,
+    device,
+    inputs: dict[str, str] | None = None,
+) -> dict:
+    """What ``config.json`` records beside the config: versions, device, clients and sizes,
+    and ``inputs``: the training augmentation and input normalization the run resolved."""
     return {
         "fedshift_version": __version__,
         "torch_version": torch.__version__,
@@ -233,7 +249,12 @@ def run_info(cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, device)
             }
             for c in scenario.clients
         ],
-        "dataset_meta": {"classes": dataset.classes, "image_size": dataset.image_size},
+        **({"inputs": inputs} if inputs else {}),
+        "dataset_meta": {
+            "classes": dataset.classes,
+            "image_size": dataset.image_size,
+            **{k: dataset.meta[k] for k in RECORDED_META if k in dataset.meta},
+        },
     }
 
 
@@ -262,6 +283,7 @@ def prepare(
                 image_size=cfg.image_size or None,
                 seed=cfg.split_seed,
                 data_root=cfg.data_root or None,
+                split_files=cfg.split_files or None,
             )
         except DatasetError as exc:
             raise ConfigError(str(exc)) from None
@@ -288,8 +310,19 @@ def prepare(
     )
     algorithm = algo_cls(make_hparams(cfg), run)
     algorithm.check_scenario(scenario)
+    try:
+        augment_name = resolve_augment(cfg.augment, dataset.meta.get("augment", "none"))
+        if augment_name != "none" and cfg.problem == "segmentation":
+            raise ConfigError(
+                f"augment={augment_name} transforms images only and would misalign the "
+                "segmentation masks; use augment=none"
+            )
+        augment = build_augment(augment_name, dataset.image_size, dataset.channels)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
     contexts = client_contexts(
-        scenario, dataset.num_classes, client_builds, train_cfg, device, cfg.rounds
+        scenario, dataset.num_classes, client_builds, train_cfg, device, cfg.rounds, augment
     )
-    info = run_info(cfg, dataset, scenario, device)
+    inputs = {"augment": augment_name, "normalize": build.template.input_normalization}
+    info = run_info(cfg, dataset, scenario, device, inputs)
     return Experiment(cfg, dataset, scenario, algorithm, contexts, device, info, server_data)

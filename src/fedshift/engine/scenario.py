@@ -70,6 +70,20 @@ def make_clients(dataset: DomainDataset, specs) -> list[ClientShard]:
     """Materialize partition specs into clients holding their own splits."""
     clients = []
     for spec in specs:
+        if spec.mixed:  # a client holding several domains (heterogeneity partition)
+            parts = [(dataset.domain(name), tr, va, te) for name, tr, va, te in spec.mixed]
+            clients.append(
+                ClientShard(
+                    client_id=spec.client_id,
+                    name=spec.name,
+                    domain=spec.domain,
+                    role=spec.role,
+                    train=concat_splits([d.train.subset(np.asarray(tr)) for d, tr, _, _ in parts]),
+                    val=concat_splits([d.val.subset(np.asarray(va)) for d, _, va, _ in parts]),
+                    test=concat_splits([d.test.subset(np.asarray(te)) for d, _, _, te in parts]),
+                )
+            )
+            continue
         domain = dataset.domain(spec.domain)
         clients.append(
             ClientShard(
@@ -121,6 +135,7 @@ def partition_sources(cfg: RunConfig, dataset: DomainDataset, sources: list[str]
             ways=cfg.ways,
             shots=cfg.shots,
             stdev=cfg.stdev,
+            heterogeneity_lambda=cfg.heterogeneity_lambda,
             seed=cfg.seed,
             **kw,
         )

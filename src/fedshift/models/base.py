@@ -5,7 +5,52 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-__all__ = ["FedModel", "normalize_input"]
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "NORMALIZATIONS",
+    "FedModel",
+    "normalize_input",
+    "set_input_normalization",
+]
+
+
+#: ImageNet channel statistics (RGB, images in [0, 1]) of torchvision's pretrained weights
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: input normalizations a backbone can expect: ``symmetric`` is fedshift's [-1, 1] input as
+#: is; ``imagenet`` re-normalizes it with :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`
+NORMALIZATIONS = ("symmetric", "imagenet")
+
+
+class ImageNetInput:
+    """A backbone forward pre-hook: fedshift's [-1, 1] input -> ImageNet-normalized input.
+
+    Holds no tensors, so the model's ``state_dict`` and parameters are unchanged.
+    """
+
+    def __call__(self, module: nn.Module, args: tuple) -> tuple:
+        x, *rest = args
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        mean = torch.tensor(IMAGENET_MEAN, dtype=x.dtype, device=x.device).view(shape)
+        std = torch.tensor(IMAGENET_STD, dtype=x.dtype, device=x.device).view(shape)
+        return ((x + 1.0) * 0.5 - mean) / std, *rest
+
+
+def set_input_normalization(model: FedModel, name: str) -> FedModel:
+    """Make ``model``'s backbone expect ``name`` normalization (``symmetric`` or ``imagenet``)."""
+    if name not in NORMALIZATIONS:
+        raise ValueError(
+            f"unknown normalization {name!r}; choose one of: {', '.join(NORMALIZATIONS)}"
+        )
+    if name == "imagenet":
+        if model.input_normalization == "imagenet":
+            return model
+        model.backbone.register_forward_pre_hook(ImageNetInput())
+    elif model.input_normalization == "imagenet":
+        raise ValueError("a model's ImageNet input normalization cannot be removed")
+    model.input_normalization = name
+    return model
 
 
 class FedModel(nn.Module):
@@ -23,6 +68,9 @@ class FedModel(nn.Module):
         embed_dim: size of the feature vector.
         num_classes: number of output logits.
         arch: the registry name the model was built from (informational).
+        input_normalization: ``symmetric`` (the [-1, 1] input as is) or ``imagenet`` (the
+            backbone re-normalizes it with ImageNet's mean and std, as pretrained torchvision
+            weights expect); see :func:`set_input_normalization`.
     """
 
     def __init__(
@@ -40,6 +88,8 @@ class FedModel(nn.Module):
         self.embed_dim = int(embed_dim)
         self.num_classes = int(num_classes)
         self.arch = arch
+        self.input_normalization = "symmetric"
+        self.weights_layout: str | None = None  # set by load_weights: fedshift / torchvision
 
     def features(self, x: Tensor) -> Tensor:
         """Images ``(N, C, H, W)`` -> flat features ``(N, embed_dim)``."""

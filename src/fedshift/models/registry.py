@@ -24,7 +24,7 @@ from fedshift.plugins import (
 )
 
 from .alexnet import build_alexnet
-from .base import FedModel
+from .base import NORMALIZATIONS, FedModel, set_input_normalization
 from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
 from .resnet import build_resnet
 from .unet import build_unet
@@ -173,6 +173,7 @@ def build_model(
     in_channels: int = 3,
     image_size: int = 32,
     weights_path: str | os.PathLike | None = None,
+    normalize: str = "symmetric",
     **options,
 ) -> FedModel:
     """Build a registered model; parameters get torch's default init under the global RNG.
@@ -185,6 +186,11 @@ def build_model(
         weights_path: optional local ``state_dict`` file to load (see
             ``fedshift.models.weights.load_weights``), or ``"imagenet"`` for torchvision's
             ImageNet weights from torch's cache (``imagenet_weights_file``); never downloads.
+        normalize: the input normalization the backbone expects: ``symmetric`` (fedshift's
+            [-1, 1]), ``imagenet`` (ImageNet mean/std, for ImageNet-pretrained weights), or
+            ``auto``: ``imagenet`` when ``weights_path`` is a torchvision state_dict (the
+            layout of torchvision's ImageNet weights), else ``symmetric``. The run key
+            ``normalize`` defaults to ``auto``; this function to ``symmetric``.
         **options: model-specific options (see each builder's docstring); unknown options
             raise ``ValueError``.
 
@@ -209,11 +215,21 @@ def build_model(
             f"model {name!r} built a {type(model).__name__}, not a fedshift.models.FedModel "
             "(a backbone giving flat features and a head giving logits)"
         )
+    if normalize not in ("auto", *NORMALIZATIONS):
+        raise ValueError(
+            f"unknown normalize {normalize!r}; choose one of: auto, {', '.join(NORMALIZATIONS)}"
+        )
+    layout = None
     if weights_path is not None:
         if os.fspath(weights_path) == IMAGENET:
             weights_path = imagenet_weights_file(name)
         load_weights(model, weights_path)
-    return model
+        layout = model.weights_layout
+    if normalize == "auto":
+        normalize = "imagenet" if layout == "torchvision" else "symmetric"
+    if normalize == "imagenet" and in_channels != 3:
+        raise ValueError(f"normalize=imagenet needs 3 input channels, got {in_channels}")
+    return set_input_normalization(model, normalize)
 
 
 #: ``hetero_models`` presets: FedProto's model heterogeneity on MNIST (conv2 with 18/20/22

@@ -158,6 +158,7 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
             stacklevel=3,
         )
     model.load_state_dict(merged, strict=True)
+    model.weights_layout = "fedshift" if ours else "torchvision"
     return model
 
 

@@ -105,6 +105,7 @@ def load_run_dataset(cfg: RunConfig, opts: DeployOptions, cache_dir: str = "") -
             image_size=cfg.image_size or None,
             seed=cfg.split_seed,
             data_root=cfg.data_root or None,
+            split_files=cfg.split_files or None,
         )
     except DatasetError as exc:
         raise ConfigError(str(exc)) from None

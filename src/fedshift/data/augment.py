@@ -1,0 +1,66 @@
+"""Training-time augmentation of image batches (the ``augment`` run key).
+
+``domainbed`` is DomainBed's training augmentation for its photo datasets (Gulrajani and
+Lopez-Paz, ICLR 2021): RandomResizedCrop to the stored size with scale (0.7, 1.0), a
+horizontal flip, ColorJitter(0.3, 0.3, 0.3, 0.3) and RandomGrayscale(0.1), drawn per image
+with ``torchvision.transforms.v2`` on uint8 tensors. The crop is taken from the decoded image
+(224 px for the catalog datasets), not from the original file.
+
+Every random draw comes from the client's generator (the run's seeded RNG): a batch takes one
+seed from it and the transforms run under that seed on a forked CPU RNG, so the global RNG is
+untouched and a run is reproducible, resumed runs included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from fedshift.core.runconfig import AUGMENTS
+from fedshift.data.domains import DatasetError
+
+#: a batch augmentation: (uint8 images N x C x H x W, generator) -> augmented uint8 images
+Augment = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+
+
+class DomainBedAugment:
+    """DomainBed's per-image training augmentation at ``image_size`` px, seeded per batch."""
+
+    def __init__(self, image_size: int) -> None:
+        from torchvision.transforms import v2
+
+        self.image_size = int(image_size)
+        self.transform = v2.Compose(
+            [
+                v2.RandomResizedCrop(self.image_size, scale=(0.7, 1.0), antialias=True),
+                v2.RandomHorizontalFlip(),
+                v2.ColorJitter(0.3, 0.3, 0.3, 0.3),
+                v2.RandomGrayscale(0.1),
+            ]
+        )
+
+    def __call__(self, images: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+        seed = int(torch.randint(0, 2**62, (1,), generator=rng))
+        with torch.random.fork_rng(devices=[]):
+            torch.random.default_generator.manual_seed(seed)
+            return torch.stack([self.transform(image) for image in images])
+
+
+def resolve_augment(name: str, dataset_default: str) -> str:
+    """The augmentation a run uses: ``name``, or the dataset's default for ``auto``."""
+    chosen = dataset_default if name == "auto" else name
+    if chosen not in AUGMENTS[1:]:
+        raise DatasetError(f"unknown augment {chosen!r}; choose one of: {', '.join(AUGMENTS)}")
+    return chosen
+
+
+def build_augment(name: str, image_size: int, channels: int) -> Augment | None:
+    """The batch augmentation ``name`` (already resolved) for images of that size, or None."""
+    if name == "none":
+        return None
+    if channels != 3:
+        raise DatasetError(
+            f"augment={name} needs RGB images; this dataset has {channels} channel(s)"
+        )
+    return DomainBedAugment(image_size)

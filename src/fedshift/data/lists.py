@@ -1,0 +1,224 @@
+"""The one reader behind every catalog dataset: split lists, class folders, a seeded
+stratified holdout, and decoding each image once into a :class:`DomainDataset`.
+
+An *entry* is ``(image path, 0-based label)``. A dataset loader gathers, per domain, the
+entries of its train / val / test splits (from the authors' lists or from class folders) and
+:func:`decode_dataset` turns them into uint8 tensors, decoding an image named by several
+splits only once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.folder import IMAGE_EXTENSIONS, read_image
+
+Entry = tuple[Path, int]
+SPLITS = ("train", "val", "test")
+
+
+def read_split_list(
+    path: Path,
+    images: Path,
+    classes: Sequence[str],
+    *,
+    label_base: int = 0,
+    layout: str = "",
+    keep: Mapping[str, int] | None = None,
+) -> list[Entry]:
+    """The entries of one ``<relative path> <label>`` list; a bad line raises DatasetError.
+
+    Paths are relative to ``images``; labels count from ``label_base`` in the order of
+    ``classes``. A file inside a folder named after another class than its label is an error.
+    ``keep`` (class folder -> new label) reads only the images of those class folders,
+    relabelled (DomainNet's 10-class subset).
+    """
+    if not path.is_file():
+        expected = f" (expected {layout})" if layout else ""
+        raise DatasetError(f"missing split list {path}{expected}")
+    known = set(classes)
+    entries = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            parts = line.rsplit(maxsplit=1)
+            if not parts:
+                continue
+            where = f"{path.name} line {number}"
+            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
+            relative, label = parts[0].strip(), int(parts[1]) - label_base
+            folder = Path(relative).parent.name
+            if keep is not None:
+                if folder not in keep:
+                    continue
+                label = keep[folder]
+            elif not 0 <= label < len(classes):
+                raise DatasetError(
+                    f"{where}: label {label + label_base} is not in "
+                    f"{label_base}..{len(classes) - 1 + label_base}"
+                )
+            elif folder in known and folder != classes[label]:
+                raise DatasetError(
+                    f"{where}: label {label + label_base} ({classes[label]}) but the image is "
+                    f"in folder {folder!r}"
+                )
+            image = images / relative
+            if not image.is_file():
+                raise DatasetError(f"{where} names a missing file {image}")
+            entries.append((image, label))
+    return entries
+
+
+def list_classes(paths: Sequence[Path], *, label_base: int = 0) -> list[str]:
+    """The class order a set of official lists defines: the folder of each label, by label.
+
+    A label found in two class folders, or a label never used, raises DatasetError.
+    """
+    names: dict[int, str] = {}
+    for path in paths:
+        if not path.is_file():
+            raise DatasetError(f"missing split list {path}")
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                parts = line.rsplit(maxsplit=1)
+                if not parts:
+                    continue
+                if len(parts) != 2 or not parts[1].isdigit():
+                    raise DatasetError(
+                        f"{path.name} line {number}: expected '<domain>/<class>/<file> <label>'"
+                    )
+                label = int(parts[1]) - label_base
+                folder = Path(parts[0]).parent.name
+                if names.setdefault(label, folder) != folder:
+                    raise DatasetError(
+                        f"{path.name} line {number}: label {parts[1]} is class {names[label]!r} "
+                        f"elsewhere but the image is in folder {folder!r}"
+                    )
+    if not names:
+        raise DatasetError(f"the split lists {', '.join(p.name for p in paths)} name no image")
+    missing = sorted(set(range(max(names) + 1)) - set(names))
+    if missing or min(names) < 0:
+        raise DatasetError(
+            f"the split lists use labels {min(names) + label_base}..{max(names) + label_base} "
+            f"but never label {(missing or [min(names)])[0] + label_base}"
+        )
+    return [names[k] for k in range(len(names))]
+
+
+def class_folders(domain_dirs: Sequence[Path]) -> list[str]:
+    """The sorted union of the class folder names of ``domain_dirs`` (no official order)."""
+    names = {
+        p.name
+        for d in domain_dirs
+        for p in d.iterdir()
+        if p.is_dir() and not p.name.startswith(".")
+    }
+    if not names:
+        raise DatasetError(f"no class folders in {', '.join(str(d) for d in domain_dirs)}")
+    return sorted(names)
+
+
+def folder_entries(domain_dir: Path, classes: Sequence[str]) -> list[Entry]:
+    """Every image of ``domain_dir/<class>/`` (recursively), labelled by ``classes``."""
+    entries = []
+    for label, name in enumerate(classes):
+        folder = domain_dir / name
+        if not folder.is_dir():
+            continue
+        for dirpath, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            entries.extend(
+                (Path(dirpath) / f, label)
+                for f in sorted(files)
+                if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_EXTENSIONS
+            )
+    if not entries:
+        raise DatasetError(f"domain folder {domain_dir} holds no image in a class folder")
+    return entries
+
+
+def holdout(entries: Sequence[Entry], fraction: float, seed: int) -> tuple[list, list]:
+    """(kept, held out): ``fraction`` of each class held out at random, seeded.
+
+    Each class with at least two images keeps one and holds out ``round(fraction * n)`` (at
+    least one), so the validation split sees every class it can.
+    """
+    rng = np.random.default_rng(seed)
+    by_class: dict[int, list[int]] = {}
+    for i, (_, label) in enumerate(entries):
+        by_class.setdefault(label, []).append(i)
+    held: set[int] = set()
+    for label in sorted(by_class):
+        members = by_class[label]
+        if len(members) < 2:
+            continue
+        count = min(len(members) - 1, max(1, round(fraction * len(members))))
+        held.update(members[i] for i in rng.permutation(len(members))[:count])
+    kept = [e for i, e in enumerate(entries) if i not in held]
+    return kept, [e for i, e in enumerate(entries) if i in held]
+
+
+def _rows_in_split_order(parts: Mapping[str, Sequence[Entry]]) -> dict[Path, int]:
+    """A row per distinct image, numbered by first appearance in train, then val, then test."""
+    row: dict[Path, int] = {}
+    for split in SPLITS:
+        for path, _ in parts.get(split, ()):
+            row.setdefault(path, len(row))
+    return row
+
+
+def decode_dataset(
+    name: str,
+    splits: Mapping[str, Mapping[str, Sequence[Entry]]],
+    classes: Sequence[str],
+    image_size: int,
+    meta: Mapping,
+) -> DomainDataset:
+    """Decode domain -> split -> entries into RGB ``image_size`` squares, each file once.
+
+    Images are stored in one array per domain, train rows first, then val, then the rest; a
+    split's samples are kept in row order, so a split covering a contiguous block of rows (the
+    train and val splits, a test split that is the whole domain) is a view of that array
+    rather than a copy. ``meta`` gains ``counts`` (domain -> split -> images) and ``classes``.
+    """
+    if isinstance(image_size, bool) or int(image_size) < 1:
+        raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
+    size = int(image_size)
+    workers = max(1, min(8, os.cpu_count() or 1))
+    domains, counts = {}, {}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for domain, parts in splits.items():
+            row = _rows_in_split_order(parts)
+            if not row:
+                raise DatasetError(f"{name}/{domain} has no image in any split")
+            pixels = torch.empty((len(row), 3, size, size), dtype=torch.uint8)
+            for i, image in enumerate(pool.map(lambda p: read_image(p, size), row)):
+                pixels[i].numpy()[...] = image
+            tensors = {}
+            for split in SPLITS:
+                items = sorted(parts.get(split, ()), key=lambda entry: row[entry[0]])
+                index = torch.as_tensor([row[p] for p, _ in items], dtype=torch.long)
+                labels = torch.as_tensor([label for _, label in items], dtype=torch.long)
+                first = int(index[0]) if len(items) else 0
+                if torch.equal(index, torch.arange(first, first + len(items))):
+                    x = pixels[first : first + len(items)]
+                else:
+                    x = pixels[index]
+                tensors[split] = Split(x=x, y=labels)
+            domains[domain] = Domain(name=domain, **tensors)
+            counts[domain] = {split: len(parts.get(split, ())) for split in SPLITS}
+    return DomainDataset(
+        name=name,
+        domains=domains,
+        classes=list(classes),
+        channels=3,
+        image_size=size,
+        meta={**meta, "classes": list(classes), "counts": counts},
+    )
