@@ -78,6 +78,17 @@ class SweepSummaries(list):
         self.failed: list[tuple[Path, str]] = list(failed)
 
 
+class SweepFailed(RuntimeError):
+    """Some runs of a sweep failed (the others finished): ``failed`` lists
+    ``(run directory, message)``, ``results`` the finished runs."""
+
+    def __init__(self, failed: list[tuple[Path, str]], results: list[Any]) -> None:
+        names = ", ".join(f"{path.name} ({message})" for path, message in failed)
+        super().__init__(f"{len(failed)} run(s) of the sweep failed: {names}")
+        self.failed = failed
+        self.results = results
+
+
 def parse_grid(items: list[str] | dict[str, Any] | None) -> dict[str, list[Any]]:
     """``--grid KEY=v1,v2`` items (or a ``{key: [values]}`` dict) as ``{key: [values]}``.
 
@@ -165,7 +176,7 @@ def plan(
     config_file: str | None = None,
     flags: dict[str, Any] | None = None,
     sets: list[str] | None = None,
-    grid: dict[str, list[Any]] | None = None,
+    grid: dict[str, list[Any]] | list[str] | None = None,
     devices: list[str] | None = None,
     jobs: int = 1,
 ) -> list[PlannedRun]:
@@ -177,7 +188,7 @@ def plan(
     ``max(1, cores // jobs)`` CPU threads, so parallel runs do not oversubscribe the cores.
     """
     out = Path(out).absolute()
-    grid = grid or {}
+    grid = parse_grid(grid)
     flags = {k if k.startswith("algo.") else renamed(k): v for k, v in (flags or {}).items()}
     given = {k if k.startswith("algo.") else renamed(k) for k in parse_set(list(sets or []))}
     given |= {k for k, v in flags.items() if v is not None}
@@ -195,6 +206,14 @@ def plan(
         if k.startswith("algo.")
         and any(k[5:] in hparam_types(REGISTRY[a].Hparams) for a in algorithms)
     }
+    for key in grid:
+        if key.startswith("algo.") and key not in known:
+            names = sorted({n for a in algorithms for n in hparam_types(REGISTRY[a].Hparams)})
+            raise ConfigError(
+                f"--grid {key}: no algorithm of the sweep ({', '.join(algorithms)}) has "
+                f"hyperparameter {key[5:]!r}{did_you_mean(key[5:], names)}; theirs: "
+                f"{', '.join(f'algo.{n}' for n in names) or '(none)'}"
+            )
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else 0
     planned: list[PlannedRun] = []
     names: dict[str, dict[str, Any]] = {}
@@ -455,7 +474,7 @@ def sweep(
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     parallel = backend == "ray" or (jobs or 1) > 1
-    grid = parse_grid(grid)
+    check_out(Path(out))
     runs = plan(
         algorithms,
         targets,
@@ -510,6 +529,17 @@ def sweep(
         elif outcome.status == "failed":
             result.failed.append((run.run_dir, outcome.message))
     return result
+
+
+def check_out(out: Path) -> None:
+    """The sweep's folder must be a folder, or creatable (checked before any run)."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"cannot use --out {out}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot use --out {out}: {existing} cannot be written")
 
 
 def check_choice_backend(backend: str) -> None:
