@@ -50,6 +50,8 @@ class PlannedRun:
     run_dir: Path
     #: grid key -> the resolved value of this run (empty without a grid)
     grid: dict[str, Any]
+    #: read a summary found under the lock (False: the sweep found it half-written already)
+    read_back: bool = True
 
     @property
     def name(self) -> str:
@@ -243,13 +245,18 @@ def plan(
     return planned
 
 
-def finished_summary(run: PlannedRun) -> dict[str, Any] | None:
-    """The run's summary if it finished earlier and records its grid point, else None."""
+def finished_summary(run: PlannedRun) -> tuple[dict[str, Any] | None, PlannedRun]:
+    """The run's summary if it finished earlier and records its grid point, else None and
+    the run to execute (told not to read a half-written summary again: one warning)."""
     path = run.run_dir / "summary.json"
-    summary = read_summary(run.run_dir) if path.exists() else None
-    if summary is None or (run.grid and summary.get("grid") != run.grid):
-        return None
-    return summary
+    if not path.exists():
+        return None, run
+    summary = read_summary(run.run_dir)  # None (with a warning) when half-written
+    if summary is None:
+        return None, dataclasses.replace(run, read_back=False)
+    if run.grid and summary.get("grid") != run.grid:
+        return None, run  # finished, its grid point to be recorded under the lock
+    return summary, run
 
 
 def with_grid(run: PlannedRun, summary: dict[str, Any]) -> dict[str, Any]:
@@ -279,7 +286,8 @@ def execute(run: PlannedRun, progress: bool = False) -> RunOutcome:
     run_dir = run.run_dir
     try:
         with claim_run_dir(run_dir):
-            done = read_summary(run_dir) if (run_dir / "summary.json").exists() else None
+            found = run.read_back and (run_dir / "summary.json").exists()
+            done = read_summary(run_dir) if found else None
             if done is not None:  # finished earlier, or by another sweep meanwhile
                 return RunOutcome("done", with_grid(run, done))
             resume = has_checkpoint(run_dir)
@@ -492,16 +500,17 @@ def sweep(
     outcomes: dict[int, RunOutcome] = {}
     pending = []
     for index, run in enumerate(runs, start=1):
-        done = finished_summary(run)
+        done, run = finished_summary(run)
         if done is not None:
             outcomes[index] = RunOutcome("done", done)
         else:
             pending.append((index, run))
     report = SweepProgress(len(runs), len(outcomes), enabled=progress, parallel=parallel)
-    if pending and (len(outcomes) or parallel):
+    if pending and (outcomes or parallel):
+        how = f" ({backend}, jobs {jobs or 'as Ray schedules'})" if parallel else ""
         report.line(
             f"sweep: {len(runs)} runs, {len(outcomes)} finished earlier, {len(pending)} to run"
-            + (f" ({backend}, jobs {jobs})" if parallel and jobs else f" ({backend})" * parallel)
+            + how
         )
     try:
         if not pending:
