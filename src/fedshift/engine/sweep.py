@@ -298,14 +298,12 @@ def execute(run: PlannedRun, progress: bool = False) -> RunOutcome:
             return RunOutcome("done", summary, seconds=time.perf_counter() - start, resumed=resume)
     except RunDirectoryBusy:
         return RunOutcome("busy", message="another process runs it; skipped")
-    except RunInterrupted:
-        raise
     except Exception as exc:  # noqa: BLE001 - one failed run must not end the sweep
         return RunOutcome("failed", message=one_line(exc), seconds=time.perf_counter() - start)
 
 
 def _worker_setup() -> None:
-    """A worker process reports warnings as the CLI does and leaves Ctrl-C to the sweep."""
+    """A worker process reports warnings as the CLI does."""
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -390,8 +388,7 @@ def run_processes(pending, jobs: int, report: SweepProgress) -> dict[int, RunOut
                 try:
                     outcomes[index] = future.result()
                 except (BrokenProcessPool, RunInterrupted, OSError) as exc:
-                    message = one_line(exc) or "its worker process died"
-                    outcomes[index] = RunOutcome("failed", message=message)
+                    outcomes[index] = RunOutcome("failed", message=one_line(exc))
                 report.ended(run, outcomes[index], running=min(jobs, len(waiting)))
     except KeyboardInterrupt:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -493,7 +490,8 @@ def sweep(
         sets=sets,
         grid=grid,
         devices=devices,
-        jobs=jobs or (len(algorithms) * len(targets) * len(seeds) if backend == "ray" else 1),
+        # Ray without jobs: one thread per run (unless set), Ray fills the CPUs
+        jobs=jobs or ((os.cpu_count() or 1) if backend == "ray" else 1),
     )
     if parallel:
         check_picklable(runs)
