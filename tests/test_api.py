@@ -163,6 +163,18 @@ def test_sweep_returns_one_result_per_run(tmp_path):
     assert all(len(r.history) == 1 and r.run_dir.parent == tmp_path / "sw" for r in results)
 
 
+def test_parallel_sweep_refuses_what_only_this_process_registered(tmp_path):
+    """Worker processes import fedshift afresh: a registered algorithm or dataset is not
+    there, so jobs > 1 says so before any run."""
+    fedshift.register_algorithm(FedAvgTwice)
+    plan = dict(targets=["c"], dataset="tiny", jobs=2)
+    with pytest.raises(ConfigError, match="'fedavg-twice' was registered in this process"):
+        fedshift.sweep(tmp_path / "a", algorithms=["fedavg-twice"], **plan)
+    with pytest.raises(ConfigError, match="dataset 'tiny' was registered in this process"):
+        fedshift.sweep(tmp_path / "d", algorithms=["fedavg"], **plan)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "d").exists()
+
+
 def test_load_run_refuses_a_folder_without_a_run(tmp_path):
     with pytest.raises(CheckpointError, match="not a fedshift run directory"):
         fedshift.load_run(tmp_path)

@@ -16,6 +16,7 @@ from fedshift.core.version import __version__
 if TYPE_CHECKING:
     from fedshift.api import (
         RunResult,
+        SweepFailed,
         Task,
         load_run,
         plan,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RunResult",
+    "SweepFailed",
     "Task",
     "__version__",
     "load_run",

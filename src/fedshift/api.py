@@ -13,7 +13,6 @@ message) that the CLI prints as ``fedshift: error: ...``.
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +26,13 @@ from fedshift.data.custom import make_dataset, register_dataset
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import prepare
 from fedshift.engine.runner import run_experiment
+from fedshift.engine.sweep import SweepFailed
 from fedshift.engine.sweep import sweep as run_sweep
 from fedshift.models.registry import register_model
 
 __all__ = [
     "RunResult",
+    "SweepFailed",
     "Task",
     "load_run",
     "plan",
@@ -150,24 +151,30 @@ def sweep(
     targets: list[str],
     seeds: list[int] = (0,),
     config: str | Path | None = None,
+    grid: dict[str, list[Any]] | None = None,
+    jobs: int | None = None,
+    devices: list[str] | None = None,
+    backend: str = "local",
     progress: bool = False,
     **keys: Any,
 ) -> list[RunResult]:
     """Run every combination into ``out`` as ``fedshift sweep`` (resumable: finished runs are
-    read back). Keys that :func:`fedshift.engine.sweep.sweep` takes as options are passed to
-    it; every other key is a run key applied to every run (``algo={...}`` too)."""
-    options = set(inspect.signature(run_sweep).parameters) - {
-        "algorithms",
-        "targets",
-        "seeds",
-        "out",
-        "config_file",
-        "flags",
-        "sets",
-        "progress",
-    }
-    passed = {k: v for k, v in keys.items() if k in options}
-    flags = _settings({k: v for k, v in keys.items() if k not in options})
+    read back); one :class:`RunResult` per run, in plan order.
+
+    Args:
+        grid: ``{"algo.mu": [0.001, 0.01], "lr": [0.01, 0.05]}``: every combination is
+            crossed with algorithms × targets × seeds (as ``--grid``); an ``algo.NAME`` key
+            applies to the algorithms that have that hyperparameter.
+        jobs: runs at once (spawned worker processes; 1 runs them in this process).
+        devices: given to the runs round-robin, e.g. ``["cuda:0", "cuda:1"]``.
+        backend: ``"local"`` or ``"ray"`` (each run a Ray task; needs ``fedshift[ray]``).
+        **keys: run keys applied to every run (``algo={...}`` too).
+
+    Raises:
+        ConfigError: a bad name, key or value, before any run.
+        SweepFailed: after the sweep, when some runs failed; ``.results`` holds the others.
+    """
+    flags = _settings(keys)
     summaries = run_sweep(
         list(algorithms),
         list(targets),
@@ -175,18 +182,16 @@ def sweep(
         out,
         config_file=str(config) if config else None,
         flags=flags,
+        grid=grid,
+        jobs=jobs,
+        devices=list(devices) if devices else None,
+        backend=backend,
         progress=progress,
-        **passed,
     )
-    runs = {}
-    for found in sorted(Path(out).glob("*/summary.json")):
-        result = load_run(found.parent)
-        runs[json.dumps(result.summary, sort_keys=True, default=str)] = result
-    return [
-        runs.get(json.dumps(summary, sort_keys=True, default=str))
-        or RunResult(summary=summary, history=[], run_dir=Path(out), config={})
-        for summary in summaries
-    ]
+    results = [load_run(run_dir) for run_dir in summaries.run_dirs]
+    if summaries.failed:
+        raise SweepFailed(summaries.failed, results)
+    return results
 
 
 def _read_json(path: Path) -> dict[str, Any]:

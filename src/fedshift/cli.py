@@ -123,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the resolved config and the clients (role, domain, split sizes); no training",
     )
 
-    sw = sub.add_parser("sweep", help="algorithms x targets x seeds (resumable)")
+    sw = sub.add_parser(
+        "sweep", help="algorithms x targets x seeds x a hyperparameter grid (resumable, parallel)"
+    )
     sw.add_argument("-a", "--algorithms", required=True, help="comma-separated algorithms")
     sw.add_argument("-t", "--targets", required=True, help="comma-separated target domains")
     sw.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
@@ -133,6 +135,31 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", required=True, help="folder for the run directories")
     sw.add_argument("--config", help="TOML file applied to every run")
     sw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    sw.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="sweep a run key or algo.<hyperparameter> over values, crossed with the others, "
+        "e.g. --grid algo.mu=0.001,0.01 --grid lr=0.01,0.05 "
+        "(run directories ALGO-TARGET-sSEED@KEY=V,...)",
+    )
+    sw.add_argument(
+        "--jobs",
+        type=int,
+        help="runs at once (default 1; with --backend ray: all, as Ray schedules them); "
+        "each gets max(1, cores // jobs) CPU threads unless threads is set",
+    )
+    sw.add_argument(
+        "--devices", help="comma-separated devices given to runs round-robin, e.g. cuda:0,cuda:1"
+    )
+    sw.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this process (jobs 1) or spawned worker processes; ray: one Ray task per "
+        "run (pip install 'fedshift[ray]'; joins $RAY_ADDRESS when set)",
+    )
     sw.add_argument("--quiet", action="store_true")
 
     rep = sub.add_parser("report", help="tables (mean ± std over seeds) from run directories")
@@ -255,6 +282,7 @@ def _csv(text: str) -> list[str]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from fedshift.engine.sweep import sweep
     from fedshift.report.aggregate import markdown, table
+    from fedshift.report.selection import has_grid, selection_markdown
 
     try:
         seeds = [int(s) for s in _csv(args.seeds)]
@@ -272,6 +300,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             config_file=args.config,
             flags=flags,
             sets=args.set,
+            grid=args.grid,
+            jobs=args.jobs,
+            devices=_csv(args.devices) if args.devices else None,
+            backend=args.backend,
             progress=not args.quiet,
         )
     except RunInterrupted as stop:
@@ -282,12 +314,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except USER_ERRORS as exc:
         return fail(exc)
-    print(markdown(*table(summaries, rows=algorithms)))
+    if summaries:
+        if has_grid(summaries):
+            print(selection_markdown(summaries, rows=algorithms))
+        else:
+            print(markdown(*table(summaries, rows=algorithms)))
+    if summaries.failed:
+        print(
+            f"fedshift: {len(summaries.failed)} of {len(summaries) + len(summaries.failed)} "
+            f"runs failed: {', '.join(path.name for path, _ in summaries.failed)}; fix the "
+            "cause and run the same sweep again (finished runs are kept)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from fedshift.report.aggregate import csv_text, find_summaries, markdown, plot_curves, table
+    from fedshift.report.selection import has_grid, points_table, selection_markdown
 
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
         return fail(f"--plot {args.plot}: folder {Path(args.plot).parent} does not exist")
@@ -308,8 +353,15 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"unknown --metric {args.metric!r}{did_you_mean(args.metric, metrics)}; "
             f"the summaries have: {', '.join(metrics)}"
         )
-    header, body = table(summaries, args.metric, _csv(args.rows) if args.rows else None)
-    print(markdown(header, body) if args.format == "md" else csv_text(header, body))
+    rows = _csv(args.rows) if args.rows else None
+    if has_grid(summaries):  # a grid sweep: per grid point, then the selected ones
+        if args.format == "md":
+            print(selection_markdown(summaries, args.metric, rows))
+        else:
+            print(csv_text(*points_table(summaries, args.metric, rows)))
+    else:
+        header, body = table(summaries, args.metric, rows)
+        print(markdown(header, body) if args.format == "md" else csv_text(header, body))
     if args.plot:
         path = plot_curves([s["_run_dir"] for s in summaries], args.plot)
         print(f"wrote {path}")

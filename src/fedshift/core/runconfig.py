@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -177,12 +178,18 @@ def check_choice(key: str, value: str, choices: typing.Iterable[str]) -> None:
         )
 
 
+def check_choice_device(device: str) -> None:
+    """A device is one of :data:`DEVICES` or ``cuda:N`` (one GPU of several)."""
+    if re.fullmatch(r"cuda:\d+", str(device)) is None:
+        check_choice("device", device, (*DEVICES, "cuda:N"))
+
+
 def check_run_values(cfg: RunConfig) -> None:
     """The checks of a run config that need no registry: choices and ranges."""
     check_choice("protocol", cfg.protocol, PROTOCOLS)
     check_choice("problem", cfg.problem, PROBLEMS)
     check_choice("partition", cfg.partition, PARTITIONS)
-    check_choice("device", cfg.device, DEVICES)
+    check_choice_device(cfg.device)
     check_choice("failure_policy", cfg.failure_policy, FAILURE_POLICIES)
     check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
     check_choice("vectorize", cfg.vectorize, VECTORIZE)

@@ -39,6 +39,13 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(
             "device 'cuda' requested but CUDA is not available; use --device cpu or auto"
         )
+    if name.startswith("cuda:"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(name[5:]) >= count:
+            raise ConfigError(
+                f"device {name!r} requested but this machine has {count} CUDA device(s); "
+                "use cuda:0 .. cuda:N-1, cuda, cpu or auto"
+            )
     return torch.device(name)
 
 

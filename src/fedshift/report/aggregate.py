@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import statistics
@@ -98,7 +100,10 @@ def markdown(header: list[str], body: list[list[str]]) -> str:
 
 
 def csv_text(header: list[str], body: list[list[str]]) -> str:
-    return "\n".join(",".join(row) for row in [header, *body])
+    """CSV rows (a cell holding a comma, such as a grid point, is quoted)."""
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows([header, *body])
+    return text.getvalue().rstrip("\n")
 
 
 def plot_curves(run_dirs: list[str], path: str | Path, metric: str = "target_accuracy") -> Path:
