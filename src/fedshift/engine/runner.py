@@ -30,6 +30,7 @@ from fedshift.engine.federation import BaseFederation
 from fedshift.engine.rundir import check_run_dir, claim_run_dir, read_json_file, settle_run_dir
 from fedshift.engine.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
 from fedshift.engine.simulation import SimulationFederation
+from fedshift.engine.tracking import Tracking
 
 
 def default_run_name(cfg: RunConfig) -> str:
@@ -46,12 +47,12 @@ def unique_dir(base: Path) -> Path:
     raise ConfigError(f"too many runs named {base}")
 
 
-COMPARE_IGNORE = ("device", "threads")
+COMPARE_IGNORE = ("device", "threads", "tracking")
 
 
 def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
-    """Refuse to resume with settings other than the checkpoint's (device, threads aside;
-    more rounds than saved extend the run)."""
+    """Refuse to resume with settings other than the checkpoint's (device, threads and
+    tracking aside; more rounds than saved extend the run)."""
     saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     now = cfg.to_dict()
     defaults = RunConfig().to_dict()
@@ -146,6 +147,27 @@ class Runner:
             state = algo.init_state()
             state = algo.setup(state, fed)
         self._write_metrics(history)
+        tracking = Tracking(cfg.tracking, self.out, cfg.to_dict(), first_round=start + 1)
+        failed = True
+        try:
+            summary = self._rounds(start, state, history, wall, tracking, stop_after)
+            failed = False
+        finally:
+            tracking.close(failed)
+        return summary
+
+    def _rounds(
+        self,
+        start: int,
+        state: ServerState,
+        history: list[dict],
+        wall: float,
+        tracking: Tracking,
+        stop_after: int | None,
+    ) -> dict[str, Any]:
+        """Rounds ``start + 1 ..``: each one's metrics line to metrics.jsonl and the loggers;
+        then the summary (empty when ``stop_after`` ends the run early)."""
+        cfg, fed = self.exp.cfg, self.fed
         bar = self.progress_bar = tqdm(
             total=cfg.rounds,
             initial=start,
@@ -174,6 +196,7 @@ class Runner:
             if round_ % cfg.checkpoint_every == 0 or round_ == cfg.rounds:
                 self._save(round_, state, history, wall)
             self._append_metrics(entry)
+            tracking.log_round(entry)
             bar.update(1)
             bar.set_postfix(
                 loss=f"{entry.get('train_loss', float('nan')):.3f}",
@@ -185,6 +208,7 @@ class Runner:
         bar.close()
         summary = self.summarize(history, wall)
         write_text_atomically(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        tracking.finish(summary)
         return summary
 
     def _round(self, state: ServerState, round_: int) -> tuple[ServerState, dict[str, float]]:
