@@ -126,3 +126,13 @@ def test_report_plot_draws_the_chosen_metric(tmp_path, capsys):
     assert main([*argv, "--plot", str(out)]) == 0
     assert out.stat().st_size > 1000
     assert main(["report", str(tmp_path / "runs"), "--metric", "nope", "--plot", str(out)]) == 2
+
+
+def test_a_run_without_config_json_is_grouped_by_its_summary(tmp_path):
+    runs = [fake_run(tmp_path, "s0", 0, SEED0), fake_run(tmp_path, "s1", 1, SEED1)]
+    (runs[1] / "config.json").unlink()
+    _, groups = curves.curve_groups(runs, "target_accuracy")
+    assert [len(g.runs) for g in groups] == [2]
+    (runs[1] / "summary.json").unlink()
+    with pytest.raises(ConfigError, match="s1 is not a run directory \\(no config.json\\)"):
+        curves.curve_groups(runs, "target_accuracy")

@@ -61,10 +61,16 @@ def find_run_dirs(paths: list[str | Path]) -> list[Path]:
 
 
 def read_run(run_dir: Path) -> RunCurves:
-    """A run's flattened config and metrics lines; a broken file is a one-line error."""
+    """A run's flattened config (``config.json``, else the algorithm, target and seed its
+    ``summary.json`` names) and metrics lines; a broken file is a one-line error."""
     try:
-        config = json.loads((run_dir / "config.json").read_text())
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        config_file = run_dir / "config.json"
+        if not config_file.exists() and (run_dir / "summary.json").exists():
+            config_file = run_dir / "summary.json"
+        config = json.loads(config_file.read_text())
+        if config_file.name == "summary.json" and isinstance(config, dict):
+            config = {k: config.get(k) for k in ("algorithm", "target", "seed")}
         rounds = [flatten(json.loads(line)) for line in lines if line.strip()]
     except FileNotFoundError as exc:
         missing = Path(exc.filename or "config.json").name
@@ -104,9 +110,11 @@ def curve_metric(metric: str, available: list[str]) -> str:
 
 
 def group_runs(runs: list[RunCurves]) -> list[tuple[str, list[RunCurves]]]:
-    """Runs grouped by config (seed and the ``NOT_GROUPED`` keys aside), in first-seen
-    order, each group labelled ``algorithm -> target`` plus the keys that tell it apart."""
-    keys = sorted({k for run in runs for k in run.config if k not in NOT_GROUPED})
+    """Runs grouped by the config keys they all have (seed and ``NOT_GROUPED`` aside), in
+    first-seen order, each labelled ``algorithm -> target`` plus the keys that tell it apart."""
+    # keys every run has (a run of an older version, or known only by its summary, lacks some)
+    shared = set.intersection(*(set(run.config) for run in runs)) if runs else set()
+    keys = sorted(shared - set(NOT_GROUPED))
     differing = [
         k
         for k in keys
