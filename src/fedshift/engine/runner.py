@@ -90,6 +90,7 @@ class Runner:
         self.fed = fed if fed is not None else SimulationFederation.for_experiment(exp)
         self.fed.server_data = exp.server_data
         self.progress_bar: tqdm | None = None
+        self.tracking: Tracking | None = None  # the loggers of the latest run() (timings)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -147,7 +148,9 @@ class Runner:
             state = algo.init_state()
             state = algo.setup(state, fed)
         self._write_metrics(history)
-        tracking = Tracking(cfg.tracking, self.out, cfg.to_dict(), first_round=start + 1)
+        tracking = self.tracking = Tracking(
+            cfg.tracking, self.out, cfg.to_dict(), first_round=start + 1
+        )
         failed = True
         try:
             summary = self._rounds(start, state, history, wall, tracking, stop_after)

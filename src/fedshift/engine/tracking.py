@@ -144,10 +144,12 @@ class MlflowLogger:
     name = "mlflow"
 
     def __init__(self, run_dir: Path, config: dict[str, Any], first_round: int):
-        for quiet in ("mlflow", "alembic"):  # schema set-up chatter on the first use
-            logging.getLogger(quiet).setLevel(logging.WARNING)
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
+
+        # after the import, which sets mlflow's own level: no schema set-up chatter
+        for quiet in ("mlflow", "alembic"):
+            logging.getLogger(quiet).setLevel(logging.WARNING)
 
         self.client = MlflowClient(tracking_uri=f"sqlite:///{(run_dir / MLFLOW_DB).resolve()}")
         experiment = self.client.get_experiment_by_name(PROJECT)
@@ -187,18 +189,19 @@ LOGGERS = {"tensorboard": TensorBoardLogger, "wandb": WandbLogger, "mlflow": Mlf
 
 class Tracking:
     """The run's loggers behind one door; a logger that raises is warned about once and
-    dropped, so tracking never stops a run. ``seconds`` holds each logger's time spent."""
+    dropped, so tracking never stops a run. ``seconds[phase][logger]`` is the time each
+    logger spent in each phase (``start``, ``log a round``, ``log the summary``, ``close``)."""
 
     def __init__(self, tracking: str, run_dir: Path, config: dict[str, Any], first_round: int):
         self.loggers: list[Any] = []
-        self.seconds: dict[str, float] = {}
+        self.seconds: dict[str, dict[str, float]] = {"start": {}}
         for name in tracking_loggers(tracking):
             started = time.perf_counter()
             try:
                 self.loggers.append(LOGGERS[name](Path(run_dir), config, first_round))
             except Exception as exc:  # any logger failure is survivable
                 self._warn(name, "could not start", exc)
-            self.seconds[name] = time.perf_counter() - started
+            self.seconds["start"][name] = time.perf_counter() - started
 
     @staticmethod
     def _warn(name: str, what: str, exc: BaseException) -> None:
@@ -215,7 +218,8 @@ class Tracking:
                 self._warn(logger.name, f"failed to {what}", exc)
                 if what != "close":
                     self._close_quietly(logger)
-            self.seconds[logger.name] += time.perf_counter() - started
+            spent = self.seconds.setdefault(what, {})
+            spent[logger.name] = spent.get(logger.name, 0.0) + time.perf_counter() - started
 
     def _close_quietly(self, logger) -> None:
         try:
