@@ -154,19 +154,38 @@ def test_mlflow_local_store_holds_params_and_metric_history(tracked_run):
 
 
 def test_resume_logs_each_round_once(tmp_path, micro_digits):
-    """Rounds 1-3 logged, the checkpoint at round 2: the resumed run logs 3 and 4 again, and
-    TensorBoard (purge_step) keeps one value per step, the resumed one."""
+    """Rounds 1-3 logged, the checkpoint at round 2: the resumed run logs 3 and 4 again.
+    TensorBoard (purge_step) keeps one value per step, the resumed one; W&B and MLflow hold
+    one run per session, the resumed one from round 3 on."""
     run_dir = tmp_path / "run"
-    first = ",".join(["tensorboard", *OPTIONAL])
-    run(run_dir, micro_digits, rounds=4, stop_after=3, checkpoint_every=2, tracking=first)
+    loggers = ",".join(["tensorboard", *OPTIONAL])
+    run(run_dir, micro_digits, rounds=4, stop_after=3, checkpoint_every=2, tracking=loggers)
     assert len(scalars(run_dir)["train_loss"]) == 3
-    run(run_dir, micro_digits, rounds=4, resume=True, checkpoint_every=2, tracking="tensorboard")
+    run(run_dir, micro_digits, rounds=4, resume=True, checkpoint_every=2, tracking=loggers)
     logged = scalars(run_dir)
     lines = metric_lines(run_dir)
     assert [step for step, _ in logged["train_loss"]] == [1, 2, 3, 4]
     assert [value for _, value in logged["train_loss"]] == [
         pytest.approx(line["train_loss"], rel=1e-6) for line in lines
     ]
+    if "wandb" in OPTIONAL:
+        sessions = sorted((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+        steps = [
+            sorted(r.history.step.num for r in wandb_records(f) if r.HasField("history"))
+            for f in sessions
+        ]
+        assert sorted(steps) == [[1, 2, 3], [3, 4]]
+    if "mlflow" in OPTIONAL:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+        experiment = client.get_experiment_by_name("fedshift")
+        runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time"])
+        steps = [
+            [m.step for m in client.get_metric_history(r.info.run_id, "train_loss")] for r in runs
+        ]
+        assert steps == [[1, 2, 3], [3, 4]]
+        assert runs[1].data.tags["mlflow.parentRunId"] == runs[0].info.run_id
 
 
 def test_tracking_may_change_on_resume(tmp_path):

@@ -11,7 +11,11 @@ network:
   its checkpoint, so no round is logged twice.
 * W&B: an offline run in ``RUN_DIR/wandb`` (``wandb sync`` uploads it later, if you wish).
 * MLflow: a SQLite store ``RUN_DIR/mlflow.db`` (``mlflow ui --backend-store-uri
-  sqlite:///RUN_DIR/mlflow.db``); a resumed run continues the same MLflow run.
+  sqlite:///RUN_DIR/mlflow.db``).
+
+W&B and MLflow get one run per session: a resumed run starts a new one (W&B: same group,
+job type ``resume``; MLflow: tagged with the first session's run as its parent) holding the
+rounds from its first new round on.
 
 A logger that fails (a full disk, a broken install) must not lose the run: it is warned
 about once, in one line, and switched off; metrics.jsonl and the checkpoints go on.
@@ -138,8 +142,8 @@ class WandbLogger:
 
 
 class MlflowLogger:
-    """A local MLflow store ``RUN_DIR/mlflow.db`` (SQLite) holding one run: the flattened
-    config as params, metrics per round with step = round, the summary at the end."""
+    """A local MLflow store ``RUN_DIR/mlflow.db`` (SQLite), one MLflow run per session: the
+    flattened config as params, metrics per round with step = round, the summary at the end."""
 
     name = "mlflow"
 
@@ -156,12 +160,14 @@ class MlflowLogger:
         experiment_id = (
             experiment.experiment_id if experiment else self.client.create_experiment(PROJECT)
         )
-        runs = self.client.search_runs([experiment_id], max_results=1)
-        if runs:  # the store lies in the run directory: its one run is this run, resumed
-            self.run_id = runs[0].info.run_id
-            self.client.update_run(self.run_id, status="RUNNING")
-            return
-        self.run_id = self.client.create_run(experiment_id, run_name=run_dir.name).info.run_id
+        # the store lies in the run directory: its runs are this run's sessions, one each
+        # (a resumed session starts a new MLflow run, so no step is logged twice in one)
+        earlier = self.client.search_runs([experiment_id], order_by=["attributes.start_time"])
+        tags = {"fedshift.session": str(len(earlier) + 1), "fedshift.first_round": str(first_round)}
+        if earlier:
+            tags["mlflow.parentRunId"] = earlier[0].info.run_id
+        name = run_dir.name if not earlier else f"{run_dir.name}-resume{len(earlier)}"
+        self.run_id = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
         params = [Param(k, str(v)[:6000]) for k, v in hparam_values(config).items()]
         for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
             self.client.log_batch(self.run_id, params=params[start : start + 100])
