@@ -24,6 +24,11 @@ def held_elsewhere(run_dir):
         yield
 
 
+def files_of(run_dir):
+    """Every file under a run directory (tensorboard/ included) with its bytes."""
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
 def test_claim_is_reentrant_in_one_process_and_exclusive_across_holders(tmp_path):
     run_dir = tmp_path / "r"
     with claim_run_dir(run_dir), claim_run_dir(run_dir):
@@ -38,13 +43,13 @@ def test_claim_is_reentrant_in_one_process_and_exclusive_across_holders(tmp_path
 def test_resume_of_a_run_in_use_is_refused_and_touches_nothing(in_tmp, capsys):
     argv = ["run", "--rounds", "2", "--quiet", "--out", "r", "--set", SMALL[0]]
     assert main([*argv, "--set", SMALL[1]]) == 0
-    before = {p.name: p.read_bytes() for p in (in_tmp / "r").iterdir()}
+    before = files_of(in_tmp / "r")
     capsys.readouterr()
     with held_elsewhere(in_tmp / "r"):
         assert main(["run", "--resume", "--out", "r", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "in use by another fedshift process" in err[0], err
-    assert {p.name: p.read_bytes() for p in (in_tmp / "r").iterdir()} == before
+    assert files_of(in_tmp / "r") == before
 
 
 def test_a_second_sweep_skips_the_run_another_process_writes(in_tmp, capsys):

@@ -171,7 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--rows", help="comma-separated algorithm order")
     rep.add_argument("--format", choices=["md", "csv"], default="md")
-    rep.add_argument("--plot", help="also write per-round target-accuracy curves to this PNG")
+    rep.add_argument(
+        "--plot",
+        help="also write per-round curves of --metric (mean ± std over seeds) to this PNG; "
+        "a summary figure such as target_accuracy_last draws its per-round metric",
+    )
 
     lst = sub.add_parser("list", help="list algorithms, datasets or models (plug-ins marked)")
     lst.add_argument("what", choices=["algorithms", "datasets", "models"])
@@ -194,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("name", help="a catalog name (see `fedshift datasets list`)")
     check.add_argument("--root", required=True, help="where the dataset lies")
 
-    plot = sub.add_parser("plot", help="figures from a run directory")
+    plot = sub.add_parser("plot", help="figures from run directories")
     plot_sub = plot.add_subparsers(dest="figure", parser_class=ArgumentParser, required=True)
     tsne = plot_sub.add_parser(
         "tsne", help="t-SNE of client features, coloured by class, global prototypes marked"
@@ -202,6 +206,23 @@ def build_parser() -> argparse.ArgumentParser:
     tsne.add_argument("run_dir", help="a run directory (config.json + checkpoint.pt)")
     tsne.add_argument("--out", help="PNG file (default RUN_DIR/tsne.png)")
     tsne.add_argument("--per-client", type=int, default=100, dest="per_client")
+    tsne.add_argument(
+        "--with-target",
+        action="store_true",
+        dest="with_target",
+        help="also embed the held-out target domain's test split (its own marker)",
+    )
+    curves = plot_sub.add_parser(
+        "curves", help="per-round curves, one line per config with mean ± std over seeds"
+    )
+    curves.add_argument("run_dirs", nargs="+", help="run directories or folders holding them")
+    curves.add_argument("--out", required=True, help="PNG file to write")
+    curves.add_argument(
+        "--metric",
+        default="target_accuracy",
+        help="a metrics.jsonl key, e.g. train_loss or per_domain_accuracy/mnist "
+        "(default target_accuracy)",
+    )
 
     pre = sub.add_parser(
         "pretrain", help="pretrain a backbone on one public domain (PerAda's frozen backbone)"
@@ -331,7 +352,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from fedshift.report.aggregate import csv_text, find_summaries, markdown, plot_curves, table
+    from fedshift.report.aggregate import csv_text, find_summaries, markdown, table
+    from fedshift.report.curves import plot_curves
     from fedshift.report.selection import has_grid, points_table, selection_markdown
 
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
@@ -363,7 +385,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         header, body = table(summaries, args.metric, rows)
         print(markdown(header, body) if args.format == "md" else csv_text(header, body))
     if args.plot:
-        path = plot_curves([s["_run_dir"] for s in summaries], args.plot)
+        try:
+            path = plot_curves([s["_run_dir"] for s in summaries], args.plot, args.metric)
+        except USER_ERRORS as exc:
+            return fail(exc)
         print(f"wrote {path}")
     return 0
 
@@ -557,10 +582,23 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    if args.figure == "curves":
+        from fedshift.report.curves import find_run_dirs, plot_curves
+
+        if not Path(args.out).resolve().parent.is_dir():
+            return fail(f"--out {args.out}: folder {Path(args.out).parent} does not exist")
+        try:
+            path = plot_curves(find_run_dirs(args.run_dirs), args.out, args.metric)
+        except USER_ERRORS as exc:
+            return fail(exc)
+        print(f"wrote {path}")
+        return 0
     from fedshift.report.tsne import plot_tsne
 
     try:
-        path = plot_tsne(args.run_dir, args.out, per_client=args.per_client)
+        path = plot_tsne(
+            args.run_dir, args.out, per_client=args.per_client, with_target=args.with_target
+        )
     except USER_ERRORS as exc:
         return fail(exc)
     print(f"wrote {path}")

@@ -178,8 +178,9 @@ def resolve(file: str | None, flags: dict[str, Any], sets: list[str]) -> RunConf
     return cfg
 
 
-#: run keys a resumed run may change: where it runs, and more rounds (extends the run)
-RESUME_MAY_CHANGE = ("device", "threads", "rounds")
+#: run keys a resumed run may change: where it runs, more rounds (extends the run), and
+#: the experiment loggers
+RESUME_MAY_CHANGE = ("device", "threads", "rounds", "tracking")
 
 
 def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
@@ -202,7 +203,7 @@ def resolve_resume(
     """The config of the run in ``run_dir``, so ``--resume`` needs no repeated flags.
 
     Settings given anyway (file, flags, ``--set``) must agree with the saved ones, except
-    ``device``, ``threads`` and a larger ``rounds`` (which extends a finished run); a
+    ``device``, ``threads``, ``tracking`` and a larger ``rounds`` (which extends a finished run); a
     contradiction is a ConfigError naming the key.
     """
     saved = saved_run_config(run_dir)
@@ -235,7 +236,7 @@ def check_unchanged(run_dir: str | Path, saved: RunConfig, given: RunConfig, key
             before, after = saved.algo.get(name[5:]), given.algo.get(name[5:])
         else:
             before, after = getattr(saved, name), getattr(given, name)
-        if before == after or name in ("device", "threads"):
+        if before == after or name in ("device", "threads", "tracking"):
             continue
         if name == "rounds" and after > before:
             continue

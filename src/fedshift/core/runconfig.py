@@ -7,6 +7,7 @@ live one layer up, in :mod:`fedshift.config`; everything here needs nothing but 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import re
 import types
@@ -26,6 +27,14 @@ FAILURE_POLICIES = ("strict", "dynamic", "resilient")
 VECTORIZE = ("auto", "off", "on")
 AUGMENTS = ("auto", "none", "domainbed")
 NORMALIZE = ("auto", "symmetric", "imagenet")
+#: experiment loggers (run key ``tracking``, a comma list) -> the module each one needs; the
+#: pip extra that installs it has the logger's name (``pip install 'fedshift[wandb]'``)
+TRACKERS: dict[str, str] = {
+    "none": "",
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+}
 #: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
 PROTOCOLS: dict[str, str] = {
     "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
@@ -107,7 +116,8 @@ class RunConfig:
     # inject client faults in the simulation engine, e.g. "raise@2:1,nan@3:*" (see
     # fedshift.engine.faults): KIND@ROUND:CLIENT, '*' for any round or client
     faults: str = ""
-    # experiment loggers beside metrics.jsonl: comma list of tensorboard, wandb, mlflow; none
+    # experiment loggers beside metrics.jsonl (fedshift.engine.tracking): a comma list of
+    # tensorboard, wandb, mlflow; or none. It may change on --resume
     tracking: str = "tensorboard"
     # client-level differential privacy (docs/privacy.md): clip norm C of a client's model
     # update or class prototype, 0: off; Gaussian noise multiplier z (std z*C/n); the delta
@@ -184,6 +194,32 @@ def check_choice_device(device: str) -> None:
         check_choice("device", device, (*DEVICES, "cuda:N"))
 
 
+def tracking_loggers(text: str) -> list[str]:
+    """The experiment loggers a ``tracking`` value names (``none``: no logger), checked: each
+    a known name whose package is installed; otherwise a one-line ConfigError."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise ConfigError(
+            f"tracking {text!r} names no logger; give a comma list of "
+            f"{', '.join(n for n in TRACKERS if n != 'none')}, or none"
+        )
+    for name in names:
+        check_choice("tracking", name, TRACKERS)
+    if "none" in names:
+        if len(names) > 1:
+            raise ConfigError(f"tracking {text!r}: 'none' cannot be combined with a logger")
+        return []
+    if len(set(names)) != len(names):
+        raise ConfigError(f"tracking {text!r} names a logger twice")
+    for name in names:
+        if importlib.util.find_spec(TRACKERS[name]) is None:
+            raise ConfigError(
+                f"tracking {name!r} needs the {TRACKERS[name]} package, which is not "
+                f"installed: pip install 'fedshift[{name}]'"
+            )
+    return names
+
+
 def check_run_values(cfg: RunConfig) -> None:
     """The checks of a run config that need no registry: choices and ranges."""
     check_choice("protocol", cfg.protocol, PROTOCOLS)
@@ -195,6 +231,7 @@ def check_run_values(cfg: RunConfig) -> None:
     check_choice("vectorize", cfg.vectorize, VECTORIZE)
     check_choice("augment", cfg.augment, AUGMENTS)
     check_choice("normalize", cfg.normalize, NORMALIZE)
+    tracking_loggers(cfg.tracking)
     for key in ("personal_eval_every", "eval_batch_size"):
         if getattr(cfg, key) < 0:
             raise ConfigError(f"{key} must be >= 0 (0: automatic), got {getattr(cfg, key)}")

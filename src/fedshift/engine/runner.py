@@ -31,6 +31,7 @@ from fedshift.engine.federation import BaseFederation
 from fedshift.engine.rundir import check_run_dir, claim_run_dir, read_json_file, settle_run_dir
 from fedshift.engine.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
 from fedshift.engine.simulation import SimulationFederation
+from fedshift.engine.tracking import Tracking
 
 
 def default_run_name(cfg: RunConfig) -> str:
@@ -47,12 +48,12 @@ def unique_dir(base: Path) -> Path:
     raise ConfigError(f"too many runs named {base}")
 
 
-COMPARE_IGNORE = ("device", "threads")
+COMPARE_IGNORE = ("device", "threads", "tracking")
 
 
 def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
-    """Refuse to resume with settings other than the checkpoint's (device, threads aside;
-    more rounds than saved extend the run)."""
+    """Refuse to resume with settings other than the checkpoint's (device, threads and
+    tracking aside; more rounds than saved extend the run)."""
     saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     now = cfg.to_dict()
     defaults = RunConfig().to_dict()
@@ -90,6 +91,7 @@ class Runner:
         self.fed = fed if fed is not None else SimulationFederation.for_experiment(exp)
         self.fed.server_data = exp.server_data
         self.progress_bar: tqdm | None = None
+        self.tracking: Tracking | None = None  # the loggers of the latest run() (timings)
 
     @property
     def checkpoint_path(self) -> Path:
@@ -147,6 +149,29 @@ class Runner:
             state = algo.init_state()
             state = algo.setup(state, fed)
         self._write_metrics(history)
+        tracking = self.tracking = Tracking(
+            cfg.tracking, self.out, cfg.to_dict(), first_round=start + 1
+        )
+        failed = True
+        try:
+            summary = self._rounds(start, state, history, wall, tracking, stop_after)
+            failed = False
+        finally:
+            tracking.close(failed)
+        return summary
+
+    def _rounds(
+        self,
+        start: int,
+        state: ServerState,
+        history: list[dict],
+        wall: float,
+        tracking: Tracking,
+        stop_after: int | None,
+    ) -> dict[str, Any]:
+        """Rounds ``start + 1 ..``: each one's metrics line to metrics.jsonl and the loggers;
+        then the summary (empty when ``stop_after`` ends the run early)."""
+        cfg, fed = self.exp.cfg, self.fed
         bar = self.progress_bar = tqdm(
             total=cfg.rounds,
             initial=start,
@@ -169,7 +194,7 @@ class Runner:
             entry["bytes_up"] = fed.bytes_up
             entry["bytes_down"] = fed.bytes_down
             entry["failed_clients"] = len(fed.failures)
-            privacy = algo.run.privacy
+            privacy = self.exp.algorithm.run.privacy
             if privacy is not None:
                 pool = len(fed.clients("source"))
                 sampled = min(pool, max(1, round(cfg.fraction * pool)))
@@ -180,6 +205,7 @@ class Runner:
             if round_ % cfg.checkpoint_every == 0 or round_ == cfg.rounds:
                 self._save(round_, state, history, wall)
             self._append_metrics(entry)
+            tracking.log_round(entry)
             bar.update(1)
             bar.set_postfix(
                 loss=f"{entry.get('train_loss', float('nan')):.3f}",
@@ -191,6 +217,7 @@ class Runner:
         bar.close()
         summary = self.summarize(history, wall)
         write_text_atomically(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        tracking.finish(summary)
         return summary
 
     def _round(self, state: ServerState, round_: int) -> tuple[ServerState, dict[str, float]]:

@@ -1,10 +1,9 @@
-"""Tables (mean ± std over seeds) and curves from run directories."""
+"""Tables (mean ± std over seeds) from run directories (curves: :mod:`fedshift.report.curves`)."""
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -105,35 +104,4 @@ def csv_text(header: list[str], body: list[list[str]]) -> str:
     csv.writer(text, lineterminator="\n").writerows([header, *body])
     return text.getvalue().rstrip("\n")
 
-
-def plot_curves(run_dirs: list[str], path: str | Path, metric: str = "target_accuracy") -> Path:
-    """Per-round ``metric`` of each run (one line per run) as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    colours = plt.cm.tab20.colors
-    styles = ("-", "--", ":", "-.")
-    for i, run_dir in enumerate(run_dirs):
-        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-        points = [(e["round"], e[metric]) for e in map(json.loads, lines) if metric in e]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(
-                xs,
-                [100 * y for y in ys],
-                label=Path(run_dir).name,
-                color=colours[i % len(colours)],
-                linestyle=styles[(i // len(colours)) % len(styles)],
-            )
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"{metric} (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return "\n".join(",".join(row) for row in [header, *body])

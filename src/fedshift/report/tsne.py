@@ -6,6 +6,9 @@ local), the global model otherwise. A seeded sample of every client's test share
 with ``features()``; points are coloured by class and marked by client. Global prototypes
 (the server's ``prototypes`` table, e.g. FedProto's) are drawn as large squares; a run
 without one gets the per-class means of the plotted features instead, labelled as such.
+With ``with_target`` the held-out target domain's test split is embedded too (with the
+global model, as it is evaluated), marked by stars, to show how far it lies from the
+sources' features.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class Embedding:
     prototype_labels: np.ndarray  # (P,)
     prototypes_are_global: bool
     title: str
+    #: how many of the last ``client_names`` are held-out target domains (not clients)
+    targets: int = 0
 
 
 def load_run(run_dir: str | Path, cache_dir: str | None = None):
@@ -60,8 +65,11 @@ def load_run(run_dir: str | Path, cache_dir: str | None = None):
 
 
 @torch.no_grad()
-def collect(exp, state: ServerState, per_client: int = 100, seed: int = 0) -> Embedding:
-    """Features of up to ``per_client`` test samples of every client, and the prototypes."""
+def collect(
+    exp, state: ServerState, per_client: int = 100, seed: int = 0, with_target: bool = False
+) -> Embedding:
+    """Features of up to ``per_client`` test samples of every client (and, ``with_target``,
+    of each held-out target domain), and the prototypes."""
 
     algo = exp.algorithm
     shared = None if algo.personal else algo.global_model(state)
@@ -82,6 +90,24 @@ def collect(exp, state: ServerState, per_client: int = 100, seed: int = 0) -> Em
         names.append(client.name)
     if not feats:
         raise ConfigError("the checkpoint holds no model to embed features with")
+    clients_plotted = sum(len(f) for f in feats)  # class means come from these only
+    targets = target_domains(exp) if with_target else []
+    if targets:
+        model = algo.global_model(state)
+        if model is None:
+            raise ConfigError(
+                f"--with-target: {algo.name} keeps no global model to embed the target with"
+            )
+        model.to(exp.device).eval()
+        for domain in targets:
+            split = exp.scenario.dataset.domains[domain].test
+            gen = torch_generator(seed, "tsne-target", domain)
+            idx = torch.randperm(len(split), generator=gen)[:per_client]
+            f = model.features(to_input(split.x[idx], exp.device)).to("cpu", torch.float32)
+            feats.append(f)
+            labels.append(split.y[idx])
+            owners.append(torch.full((len(idx),), len(names)))
+            names.append(f"{domain} (target)")
     features = torch.cat(feats)
     label_arr = torch.cat(labels)
     table = state.extra.get("prototypes") or {}
@@ -90,8 +116,9 @@ def collect(exp, state: ServerState, per_client: int = 100, seed: int = 0) -> Em
         protos = torch.stack([table[str(c)].float() for c in classes])
         from_server = True
     else:
-        classes = sorted(torch.unique(label_arr).tolist())
-        protos = torch.stack([features[label_arr == c].mean(0) for c in classes])
+        source_features, source_labels = features[:clients_plotted], label_arr[:clients_plotted]
+        classes = sorted(torch.unique(source_labels).tolist())
+        protos = torch.stack([source_features[source_labels == c].mean(0) for c in classes])
         from_server = False
     cfg = exp.cfg
     return Embedding(
@@ -103,7 +130,20 @@ def collect(exp, state: ServerState, per_client: int = 100, seed: int = 0) -> Em
         prototype_labels=np.asarray(classes),
         prototypes_are_global=from_server,
         title=f"{cfg.algorithm} on {cfg.dataset} ({cfg.protocol})",
+        targets=len(targets),
     )
+
+
+def target_domains(exp) -> list[str]:
+    """The held-out target domains: target domains that no client trains on."""
+    trained = {client.domain for client in exp.scenario.clients}
+    held_out = [d for d in exp.scenario.targets if d not in trained]
+    if not held_out:
+        raise ConfigError(
+            f"--with-target: the {exp.cfg.protocol} run has no held-out target domain "
+            "(its targets are clients' own domains, already plotted)"
+        )
+    return held_out
 
 
 def embed_2d(embedding: Embedding, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -126,29 +166,33 @@ def plot_tsne(
     per_client: int = 100,
     seed: int = 0,
     cache_dir: str | None = None,
+    with_target: bool = False,
 ) -> Path:
-    """Write the t-SNE figure of a run (default ``RUN_DIR/tsne.png``); returns its path."""
+    """Write the t-SNE figure of a run (default ``RUN_DIR/tsne.png``); returns its path.
+    ``with_target`` adds the held-out target domain's test features (stars)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     exp, state, round_ = load_run(run_dir, cache_dir)
-    embedding = collect(exp, state, per_client=per_client, seed=seed)
+    embedding = collect(exp, state, per_client=per_client, seed=seed, with_target=with_target)
     points, protos = embed_2d(embedding, seed)
     colours = plt.get_cmap("tab10" if exp.dataset.num_classes <= 10 else "tab20")
     fig, ax = plt.subplots(figsize=(8, 7))
+    first_target = len(embedding.client_names) - embedding.targets
     for index, name in enumerate(embedding.client_names):
         rows = embedding.clients == index
+        is_target = index >= first_target
         ax.scatter(
             points[rows, 0],
             points[rows, 1],
             c=[colours(int(c) % colours.N) for c in embedding.labels[rows]],
-            marker=CLIENT_MARKERS[index % len(CLIENT_MARKERS)],
-            s=14,
+            marker="*" if is_target else CLIENT_MARKERS[index % len(CLIENT_MARKERS)],
+            s=40 if is_target else 14,
             alpha=0.6,
             linewidths=0,
-            label=name if len(embedding.client_names) <= 12 else None,
+            label=name if is_target or len(embedding.client_names) <= 12 else None,
         )
     proto_name = "global prototype" if embedding.prototypes_are_global else "class mean"
     ax.scatter(
@@ -163,7 +207,8 @@ def plot_tsne(
     ax.scatter([], [], marker="s", s=160, c="white", edgecolors="black", label=proto_name)
     for (x, y), c in zip(protos, embedding.prototype_labels, strict=True):
         ax.annotate(exp.dataset.classes[int(c)], (x, y), ha="center", va="center", fontsize=7)
-    ax.set_title(f"{embedding.title}, round {round_}: colour = class, marker = client")
+    marker_means = "client or target" if embedding.targets else "client"
+    ax.set_title(f"{embedding.title}, round {round_}: colour = class, marker = {marker_means}")
     ax.set_xticks([])
     ax.set_yticks([])
     ax.legend(loc="best", fontsize=7, markerscale=1.0, framealpha=0.8)
