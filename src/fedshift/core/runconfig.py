@@ -23,7 +23,7 @@ DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
 FAILURE_POLICIES = ("strict", "dynamic", "resilient")
 VECTORIZE = ("auto", "off", "on")
-AUGMENTS = ("auto", "none", "domainbed")
+AUGMENTS = ("auto", "none", "domainbed", "cifar")
 NORMALIZE = ("auto", "symmetric", "imagenet")
 #: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
 PROTOCOLS: dict[str, str] = {
@@ -71,7 +71,8 @@ class RunConfig:
     split_seed: int = 0  # seeds the train/val/test split of a folder dataset
     # a folder of your own <domain>_{train,val,test}.txt lists for a catalog dataset
     split_files: str = ""
-    # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale);
+    # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale),
+    # cifar (4-px reflect pad, random crop back, horizontal flip: MOON's CIFAR transform);
     # auto: domainbed for the catalog photo datasets, none otherwise (digits-dg, folders)
     augment: str = "auto"
     clients_per_domain: int = 1
