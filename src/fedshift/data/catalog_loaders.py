@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedshift.data import cifar, pacs
+from fedshift.data import cifar, image_cache, pacs
 from fedshift.data.catalog import CATALOG, CatalogEntry
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.lists import (
@@ -165,9 +165,14 @@ def load_catalog(
     seed: int = 0,
     split_files: str | os.PathLike = "",
     domains: list[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache: bool = True,
 ) -> DomainDataset:
     """Catalog entry ``name`` read from ``root``, decoded at its resolution (or
     ``image_size``), split as the entry states or by the lists in ``split_files``.
+
+    Decoded images live in the image cache under ``cache_dir`` (default ``$FEDSHIFT_CACHE``
+    or ``~/.cache/fedshift``), memory-mapped; ``cache=False`` decodes them into memory.
 
     ``domains``: decode only these (the whole copy is still checked); unknown names are
     left for :func:`~fedshift.data.registry.restrict_domains` to report."""
@@ -218,4 +223,5 @@ def load_catalog(
             "split": description,
             "augment": "domainbed",  # the training augmentation `augment=auto` picks
         },
+        cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
     )
