@@ -209,6 +209,7 @@ def _cached_pixels(
             "key": key,
         }
         try:
+            folder.mkdir(parents=True, exist_ok=True)  # before any decoding starts
             decoded = pool.map(lambda p: read_image(p, size), rows)
             image_cache.write_cache(data, sidecar, shape, decoded, description)
             pixels = np.load(data, mmap_mode="c", allow_pickle=False)
