@@ -73,7 +73,7 @@ class RunConfig:
     split_files: str = ""
     # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale),
     # cifar (4-px reflect pad, random crop back, horizontal flip: MOON's CIFAR transform);
-    # auto: domainbed for the catalog photo datasets, none otherwise (digits-dg, folders)
+    # auto: domainbed for the catalog photo datasets, none otherwise (CIFAR, digits-dg, folders)
     augment: str = "auto"
     clients_per_domain: int = 1
     partition: str = "iid"  # how a domain is split among its clients
