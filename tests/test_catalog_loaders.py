@@ -19,6 +19,15 @@ from fedshift.data import DatasetError, load_dataset
 from fedshift.data.catalog import CATALOG, DOMAINNET10_CLASSES
 from fedshift.data.catalog_loaders import FOLDER_DATASETS
 
+
+@pytest.fixture(autouse=True)
+def image_cache(tmp_path, monkeypatch) -> Path:
+    """Each test's own image cache (``$FEDSHIFT_CACHE``), never the user's."""
+    folder = tmp_path / "fedshift-cache"
+    monkeypatch.setenv("FEDSHIFT_CACHE", str(folder))
+    return folder / "catalog"
+
+
 FOLDER_CLASSES = ("bird", "Alarm_Clock", "car")  # created unsorted; the label order is sorted
 IMAGES_PER_CLASS = 5
 DOMAINNET_CLASSES = ("aircraft_carrier", "zebra", "bird")  # official label order, not sorted
@@ -365,3 +374,63 @@ def test_heterogeneity_partition_run(tmp_path):
     clients = config["run_info"]["clients"]
     assert len(clients) == 6 and sum(c["train"] for c in clients) == 3 * 12
     assert main([*argv[:-2], "--set", "lambda=2"]) == 2
+
+
+def _same_pixels(a, b) -> None:
+    assert list(a.domains) == list(b.domains)
+    for name, domain in a.domains.items():
+        for split in ("train", "val", "test"):
+            left, right = domain.split(split), b.domains[name].split(split)
+            assert torch.equal(left.x, right.x) and torch.equal(left.y, right.y)
+
+
+def test_image_cache_maps_the_eagerly_decoded_pixels(tmp_path, image_cache, monkeypatch):
+    from fedshift.data import lists
+    from fedshift.data.catalog_loaders import load_catalog
+
+    _folder_tree("vlcs", tmp_path / "data")
+    eager = load_catalog("vlcs", tmp_path / "data", image_size=8, cache=False)
+    assert set(eager.meta["image_cache"].values()) == {""}
+    first = load_dataset("vlcs", data_root=tmp_path / "data", image_size=8)
+    _same_pixels(first, eager)
+    files = sorted(image_cache.glob("*.npy"))
+    assert len(files) == 4 and len(list(image_cache.glob("*.json"))) == 4
+    assert sorted(first.meta["image_cache"].values()) == [str(f) for f in files]
+
+    def no_decoding(path, size):
+        raise AssertionError(f"decoded {path} although it is cached")
+
+    monkeypatch.setattr(lists, "read_image", no_decoding)
+    second = load_dataset("vlcs", data_root=tmp_path / "data", image_size=8)
+    _same_pixels(second, eager)
+    second.domains["SUN09"].train.x[0] += 1  # copy-on-write: the file is not changed
+    _same_pixels(load_dataset("vlcs", data_root=tmp_path / "data", image_size=8), eager)
+    with pytest.raises(AssertionError, match="decoded"):  # a new seed is a new row order
+        load_dataset("vlcs", data_root=tmp_path / "data", image_size=8, seed=1)
+
+
+def test_corrupt_or_unwritable_image_cache_is_rebuilt_with_a_warning(tmp_path, image_cache):
+    from fedshift.data.catalog_loaders import load_catalog
+
+    _folder_tree("office-caltech10", tmp_path / "data")
+    eager = load_catalog("office-caltech10", tmp_path / "data", image_size=8, cache=False)
+    files = load_dataset("office-caltech10", data_root=tmp_path / "data", image_size=8).meta
+    dslr = Path(files["image_cache"]["dslr"])
+    amazon = Path(files["image_cache"]["amazon"])
+    data = bytearray(dslr.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    dslr.write_bytes(bytes(data))
+    amazon.write_bytes(amazon.read_bytes()[:-10])
+    with pytest.warns(RuntimeWarning, match="image cache .* unusable") as caught:
+        rebuilt = load_dataset("office-caltech10", data_root=tmp_path / "data", image_size=8)
+    assert {"checksum mismatch" in str(w.message) for w in caught} == {True, False}
+    _same_pixels(rebuilt, eager)
+    assert dslr.read_bytes() != bytes(data)  # the file was replaced
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder would be")
+    with pytest.warns(RuntimeWarning, match="could not write the image cache"):
+        in_memory = load_dataset(
+            "office-caltech10", data_root=tmp_path / "data", image_size=8, cache_dir=blocked
+        )
+    _same_pixels(in_memory, eager)
+    assert set(in_memory.meta["image_cache"].values()) == {""}

@@ -25,7 +25,7 @@ DEVICES = ("auto", "cpu", "cuda")
 OPTIMIZERS = ("sgd", "adam")
 FAILURE_POLICIES = ("strict", "dynamic", "resilient")
 VECTORIZE = ("auto", "off", "on")
-AUGMENTS = ("auto", "none", "domainbed")
+AUGMENTS = ("auto", "none", "domainbed", "cifar")
 NORMALIZE = ("auto", "symmetric", "imagenet")
 #: experiment loggers (run key ``tracking``, a comma list) -> the module each one needs; the
 #: pip extra that installs it has the logger's name (``pip install 'fedshift[wandb]'``)
@@ -81,8 +81,9 @@ class RunConfig:
     split_seed: int = 0  # seeds the train/val/test split of a folder dataset
     # a folder of your own <domain>_{train,val,test}.txt lists for a catalog dataset
     split_files: str = ""
-    # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale);
-    # auto: domainbed for the catalog photo datasets, none otherwise (digits-dg, folders)
+    # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale),
+    # cifar (4-px reflect pad, random crop back, horizontal flip: MOON's CIFAR transform);
+    # auto: domainbed for the catalog photo datasets, none otherwise (CIFAR, digits-dg, folders)
     augment: str = "auto"
     clients_per_domain: int = 1
     partition: str = "iid"  # how a domain is split among its clients

@@ -6,6 +6,10 @@ horizontal flip, ColorJitter(0.3, 0.3, 0.3, 0.3) and RandomGrayscale(0.1), drawn
 with ``torchvision.transforms.v2`` on uint8 tensors. The crop is taken from the decoded image
 (224 px for the catalog datasets), not from the original file.
 
+``cifar`` is the CIFAR training augmentation of MOON's code (Li et al., CVPR 2021, and
+NIID-Bench before it): each image padded by 4 px with reflection, a random crop back to the
+stored size, and a horizontal flip with probability 0.5.
+
 Every random draw comes from the client's generator (the run's seeded RNG): a batch takes one
 seed from it and the transforms run under that seed on a forked CPU RNG, so the global RNG is
 untouched and a run is reproducible, resumed runs included.
@@ -47,6 +51,26 @@ class DomainBedAugment:
             return torch.stack([self.transform(image) for image in images])
 
 
+class CifarAugment:
+    """Reflect-pad by ``padding`` px, random crop to the stored size, random horizontal flip;
+    offsets and flips are drawn from the client's generator."""
+
+    def __init__(self, padding: int = 4) -> None:
+        self.padding = int(padding)
+
+    def __call__(self, images: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+        n, _, height, width = images.shape
+        pad = self.padding
+        padded = torch.nn.functional.pad(images.float(), (pad, pad, pad, pad), mode="reflect")
+        offsets = torch.randint(0, 2 * pad + 1, (n, 2), generator=rng).tolist()
+        flips = (torch.rand(n, generator=rng) < 0.5).tolist()
+        out = torch.empty_like(images)
+        for i, ((top, left), flip) in enumerate(zip(offsets, flips, strict=True)):
+            crop = padded[i, :, top : top + height, left : left + width]
+            out[i] = (crop.flip(-1) if flip else crop).to(images.dtype)
+        return out
+
+
 def resolve_augment(name: str, dataset_default: str) -> str:
     """The augmentation a run uses: ``name``, or the dataset's default for ``auto``."""
     chosen = dataset_default if name == "auto" else name
@@ -63,4 +87,6 @@ def build_augment(name: str, image_size: int, channels: int) -> Augment | None:
         raise DatasetError(
             f"augment={name} needs RGB images; this dataset has {channels} channel(s)"
         )
+    if name == "cifar":
+        return CifarAugment()
     return DomainBedAugment(image_size)

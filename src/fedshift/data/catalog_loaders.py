@@ -9,6 +9,9 @@ distribute them, with the split each entry of :mod:`fedshift.data.catalog` state
   class, into train / val; the test split is the whole domain, so a held-out target domain
   is scored on all its images (the domain-generalization protocol). Classes are the sorted
   class folder names (DomainBed's ImageFolder order).
+* CIFAR-10 / CIFAR-100 (:mod:`fedshift.data.cifar`): the official train and test binary
+  files, one domain named like the dataset; val is the seeded ``VAL_FRACTION`` holdout of
+  the train file.
 * ``split_files=DIR``: the user's own ``<domain>_{train,val,test}.txt`` lists (``<relative
   path> <label>``, paths relative to the dataset's image root, 0-based labels in the
   dataset's class order); without a val list, val is the seeded holdout of the train list.
@@ -19,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedshift.data import pacs
+from fedshift.data import cifar, image_cache, pacs
 from fedshift.data.catalog import CATALOG, CatalogEntry
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.lists import (
@@ -39,8 +42,10 @@ VAL_FRACTION = 0.2
 FOLDER_DATASETS = ("office-home", "vlcs", "terra-incognita", "office-caltech10", "office31")
 #: catalog entries read from DomainNet's official train/test lists
 DOMAINNET_DATASETS = ("domainnet", "domainnet10")
+#: catalog entries read from their binary record files
+CIFAR_DATASETS = tuple(cifar.LAYOUTS)
 #: every catalog entry :func:`load_catalog` can run
-RUNNABLE = (pacs.NAME, *FOLDER_DATASETS, *DOMAINNET_DATASETS)
+RUNNABLE = (pacs.NAME, *FOLDER_DATASETS, *DOMAINNET_DATASETS, *CIFAR_DATASETS)
 USER_LIST = "{domain}_{split}.txt"
 
 
@@ -160,9 +165,14 @@ def load_catalog(
     seed: int = 0,
     split_files: str | os.PathLike = "",
     domains: list[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache: bool = True,
 ) -> DomainDataset:
     """Catalog entry ``name`` read from ``root``, decoded at its resolution (or
     ``image_size``), split as the entry states or by the lists in ``split_files``.
+
+    Decoded images live in the image cache under ``cache_dir`` (default ``$FEDSHIFT_CACHE``
+    or ``~/.cache/fedshift``), memory-mapped; ``cache=False`` decodes them into memory.
 
     ``domains``: decode only these (the whole copy is still checked); unknown names are
     left for :func:`~fedshift.data.registry.restrict_domains` to report."""
@@ -174,6 +184,26 @@ def load_catalog(
     root = Path(root).expanduser()
     if not root.is_dir():
         raise DatasetError(f"dataset root {root} does not exist (expected {entry.layout})")
+    size = entry.resolution if image_size is None else int(image_size)
+    meta = {
+        "source": name,
+        "root": str(root.resolve()),
+        "layout": entry.layout,
+        "split_seed": int(seed),
+        "split_files": str(split_files),
+    }
+    if name in CIFAR_DATASETS:
+        if split_files:
+            raise DatasetError(f"split_files does not apply to {name}: it has official files")
+        return cifar.load_cifar(
+            name,
+            root,
+            image_size=size,
+            seed=seed,
+            holdout=lambda entries, s: holdout(entries, VAL_FRACTION, _seed(s, name)),
+            val_fraction=VAL_FRACTION,
+            meta=meta,
+        )
     classes = _classes(entry, root)
     if split_files:
         splits, description = _user_splits(
@@ -187,14 +217,11 @@ def load_catalog(
         name,
         splits,
         classes,
-        entry.resolution if image_size is None else image_size,
+        size,
         {
-            "source": name,
-            "root": str(root.resolve()),
-            "layout": entry.layout,
+            **meta,
             "split": description,
-            "split_seed": int(seed),
-            "split_files": str(split_files),
             "augment": "domainbed",  # the training augmentation `augment=auto` picks
         },
+        cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
     )

@@ -10,6 +10,7 @@ splits only once.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.data import image_cache
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import IMAGE_EXTENSIONS, read_image
 
@@ -174,33 +176,89 @@ def _rows_in_split_order(parts: Mapping[str, Sequence[Entry]]) -> dict[Path, int
     return row
 
 
+def _decoded_in_memory(rows: Sequence[Path], size: int, pool: ThreadPoolExecutor) -> torch.Tensor:
+    pixels = torch.empty((len(rows), 3, size, size), dtype=torch.uint8)
+    for i, image in enumerate(pool.map(lambda p: read_image(p, size), rows)):
+        pixels[i].numpy()[...] = image
+    return pixels
+
+
+def _cached_pixels(
+    name: str,
+    domain: str,
+    rows: Sequence[Path],
+    size: int,
+    pool: ThreadPoolExecutor,
+    folder: Path,
+    meta: Mapping,
+) -> tuple[torch.Tensor, Path | None]:
+    """The domain's pixels mapped from the image cache, decoded into it first if needed;
+    decoded into memory (with a warning) when the cache folder cannot be written."""
+    root = str(meta.get("root", ""))
+    key = image_cache.cache_key(name, root, domain, size, rows)
+    data, sidecar = image_cache.cache_paths(folder, name, domain, size, key)
+    shape = (len(rows), 3, size, size)
+    pixels = image_cache.open_cached(data, sidecar, shape)
+    if pixels is None:
+        description = {
+            "dataset": name,
+            "domain": domain,
+            "root": root,
+            "image_size": size,
+            "split": meta.get("split", ""),
+            "key": key,
+        }
+        try:
+            folder.mkdir(parents=True, exist_ok=True)  # before any decoding starts
+            decoded = pool.map(lambda p: read_image(p, size), rows)
+            image_cache.write_cache(data, sidecar, shape, decoded, description)
+            pixels = np.load(data, mmap_mode="c", allow_pickle=False)
+        except OSError as exc:
+            warnings.warn(
+                f"fedshift: could not write the image cache {data} ({exc}); decoding "
+                f"{name}/{domain} into memory",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return _decoded_in_memory(rows, size, pool), None
+    return torch.from_numpy(pixels), data
+
+
 def decode_dataset(
     name: str,
     splits: Mapping[str, Mapping[str, Sequence[Entry]]],
     classes: Sequence[str],
     image_size: int,
     meta: Mapping,
+    *,
+    cache_folder: Path | None = None,
 ) -> DomainDataset:
     """Decode domain -> split -> entries into RGB ``image_size`` squares, each file once.
 
     Images are stored in one array per domain, train rows first, then val, then the rest; a
     split's samples are kept in row order, so a split covering a contiguous block of rows (the
     train and val splits, a test split that is the whole domain) is a view of that array
-    rather than a copy. ``meta`` gains ``counts`` (domain -> split -> images) and ``classes``.
+    rather than a copy. With ``cache_folder`` that array is a copy-on-write memory map of the
+    domain's file in the image cache (:mod:`fedshift.data.image_cache`), decoded there on the
+    first load only; without it, it is decoded into memory. ``meta`` gains ``counts``
+    (domain -> split -> images), ``classes`` and ``image_cache`` (domain -> file, or empty).
     """
     if isinstance(image_size, bool) or int(image_size) < 1:
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
     size = int(image_size)
     workers = max(1, min(8, os.cpu_count() or 1))
-    domains, counts = {}, {}
+    domains, counts, cached = {}, {}, {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for domain, parts in splits.items():
             row = _rows_in_split_order(parts)
             if not row:
                 raise DatasetError(f"{name}/{domain} has no image in any split")
-            pixels = torch.empty((len(row), 3, size, size), dtype=torch.uint8)
-            for i, image in enumerate(pool.map(lambda p: read_image(p, size), row)):
-                pixels[i].numpy()[...] = image
+            if cache_folder is None:
+                pixels, cached[domain] = _decoded_in_memory(list(row), size, pool), None
+            else:
+                pixels, cached[domain] = _cached_pixels(
+                    name, domain, list(row), size, pool, cache_folder, meta
+                )
             tensors = {}
             for split in SPLITS:
                 items = sorted(parts.get(split, ()), key=lambda entry: row[entry[0]])
@@ -220,5 +278,10 @@ def decode_dataset(
         classes=list(classes),
         channels=3,
         image_size=size,
-        meta={**meta, "classes": list(classes), "counts": counts},
+        meta={
+            **meta,
+            "classes": list(classes),
+            "counts": counts,
+            "image_cache": {d: str(p) if p else "" for d, p in cached.items()},
+        },
     )

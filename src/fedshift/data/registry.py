@@ -113,7 +113,8 @@ def load_dataset(
     ``seed``. For folder datasets ``seed`` fixes the train/val/test split and ``image_size``
     defaults to 64. A catalog entry (``pacs``, ``office-home``, ``domainnet``, ...) is read from
     ``data_root`` at its own resolution (224 px) with the split its catalog entry states
-    (official lists, else a ``seed``-ed holdout), or the user's lists in ``split_files``.
+    (official lists, else a ``seed``-ed holdout), or the user's lists in ``split_files``;
+    its decoded images are cached under ``cache_dir`` and memory-mapped.
     """
     if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
@@ -134,6 +135,7 @@ def load_dataset(
             seed=seed,
             split_files=split_files or "",
             domains=only,
+            cache_dir=cache_dir,
         )
         return ds if only is None else restrict_domains(ds, only)
     if only is not None:
