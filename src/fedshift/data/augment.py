@@ -88,5 +88,11 @@ def build_augment(name: str, image_size: int, channels: int) -> Augment | None:
             f"augment={name} needs RGB images; this dataset has {channels} channel(s)"
         )
     if name == "cifar":
-        return CifarAugment()
+        augment = CifarAugment()
+        if image_size <= augment.padding:
+            raise DatasetError(
+                f"augment=cifar pads by {augment.padding} px and needs images larger than "
+                f"that; these are {image_size} px (use augment=none)"
+            )
+        return augment
     return DomainBedAugment(image_size)
