@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("-d", "--dataset")
     sw.add_argument("--protocol")
     sw.add_argument("--rounds", type=int)
+    sw.add_argument("--model", help="model of every run (as fedshift run --model)")
     sw.add_argument("--out", required=True, help="folder for the run directories")
     sw.add_argument("--config", help="TOML file applied to every run")
     sw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -310,7 +311,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"fedshift: error: --seeds expects integers, got {args.seeds!r}", file=sys.stderr)
         return EXIT_USAGE
-    flags = {"dataset": args.dataset, "protocol": args.protocol, "rounds": args.rounds}
+    flags = {
+        "dataset": args.dataset,
+        "protocol": args.protocol,
+        "rounds": args.rounds,
+        "model": args.model,
+    }
     algorithms = _csv(args.algorithms)
     try:
         summaries = sweep(
