@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.federation import Federation
 from fedshift.core.record import Record
-from fedshift.core.reduce import weighted_mean
+from fedshift.core.robust import Aggregator
 from fedshift.core.state import ServerState
 from fedshift.eval.segmentation import mask_batches, soft_dice_loss
 
@@ -183,9 +183,12 @@ def proximal_penalty(anchor: dict[str, torch.Tensor], mu: float) -> Penalty:
     return penalty
 
 
-def average_replies(replies: dict[int, Record], prefix: str = "model") -> dict[str, torch.Tensor]:
-    """FedAvg's rule: the ``num-examples``-weighted mean of the tensors sent under ``prefix``."""
-    return weighted_mean(
+def average_replies(
+    replies: dict[int, Record], aggregator: Aggregator, prefix: str = "model"
+) -> dict[str, torch.Tensor]:
+    """FedAvg's rule: the ``num-examples``-weighted mean of the tensors sent under ``prefix``
+    (with ``aggregator=mean``; a robust ``aggregator`` combines them its own way)."""
+    return aggregator(
         [r.subset(prefix) for r in replies.values()],
         [r.metrics["num-examples"] for r in replies.values()],
     )
@@ -194,15 +197,17 @@ def average_replies(replies: dict[int, Record], prefix: str = "model") -> dict[s
 def averaging_round(
     state: ServerState,
     fed: Federation,
+    aggregator: Aggregator,
     metrics: Mapping[str, str] = {"train_loss": "loss"},  # noqa: B006 - read only
 ) -> tuple[ServerState, dict[str, float]]:
     """FedAvg's round: the sampled clients train from the global model under ``model``
-    and the server keeps the ``num-examples``-weighted mean of their models (unchanged
-    when nobody replied). ``metrics`` maps round metrics to the reply metric they average.
+    and the server keeps the ``num-examples``-weighted mean of their models, or what the
+    run's robust ``aggregator`` makes of them (unchanged when nobody replied). ``metrics``
+    maps round metrics to the reply metric they average.
     """
     replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
     if replies:
-        state.model = average_replies(replies)
+        state.model = average_replies(replies, aggregator)
     return state, {name: weighted_metric(replies, key) for name, key in metrics.items()}
 
 

@@ -61,7 +61,12 @@ class Ditto(Algorithm):
     shares = {"model": Kind.MODEL}
 
     def round(self, state: ServerState, fed: Federation):
-        return averaging_round(state, fed, {"train_loss": "loss", "personal_loss": "personal_loss"})
+        return averaging_round(
+            state,
+            fed,
+            self.run.aggregator,
+            {"train_loss": "loss", "personal_loss": "personal_loss"},
+        )
 
     def client_model(self, client_state: dict[str, Any]) -> torch.nn.Module | None:
         if "personal" not in client_state:

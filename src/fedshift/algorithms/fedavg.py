@@ -35,7 +35,7 @@ class FedAvg(Algorithm):
     batchable = ("train",)
 
     def round(self, state: ServerState, fed: Federation):
-        return averaging_round(state, fed)
+        return averaging_round(state, fed, self.run.aggregator)
 
     def local_penalty(self, ctx: ClientContext, record: Record):
         """Extra term of the local objective; None for plain FedAvg."""

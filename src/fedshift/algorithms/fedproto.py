@@ -114,7 +114,7 @@ class FedProto(Algorithm):
         # 2. global prototypes (eq. 1)
         tables = [prototypes_from_arrays(r.arrays) for r in replies.values()]
         fresh = aggregate_prototypes(
-            [t[0] for t in tables], [t[1] for t in tables], self.hp.weighted
+            [t[0] for t in tables], [t[1] for t in tables], self.hp.weighted, self.run.aggregator
         )
         merged = {int(c): p for c, p in state.extra["prototypes"].items()}
         merged.update(fresh)

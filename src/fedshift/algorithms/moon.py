@@ -130,7 +130,10 @@ class Moon(Algorithm):
 
     def round(self, state: ServerState, fed: Federation):
         return averaging_round(
-            state, fed, {"train_loss": "loss", "contrastive_loss": "contrastive"}
+            state,
+            fed,
+            self.run.aggregator,
+            {"train_loss": "loss", "contrastive_loss": "contrastive"},
         )
 
     def _frozen(self, weights: dict[str, Any], device: torch.device) -> MoonNet:

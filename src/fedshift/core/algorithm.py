@@ -12,6 +12,7 @@ from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, NoHparams
 from fedshift.core.record import Kind, Record, share_key
+from fedshift.core.robust import Aggregator
 from fedshift.core.schema import ReplySchema, echo
 from fedshift.core.state import ServerState
 
@@ -40,6 +41,9 @@ class RunInfo:
     device: torch.device
     #: the learning problem of the run (``RunConfig.problem``)
     problem: str = "classification"
+    #: how the server program combines what clients send (``aggregator`` run keys); call
+    #: it where a mean would go: ``self.run.aggregator(items, weights)``
+    aggregator: Aggregator = dataclasses.field(default_factory=Aggregator)
 
 
 class Algorithm:

@@ -18,6 +18,7 @@ from fedshift.core.algorithm import Algorithm, RunInfo
 from fedshift.core.context import ClientContext, SplitView, TrainConfig
 from fedshift.core.errors import ConfigError, DatasetError
 from fedshift.core.record import Kind
+from fedshift.core.robust import Aggregator
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.seeding import derive_seed
 from fedshift.core.version import __version__
@@ -236,6 +237,17 @@ def run_info(cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, device)
     }
 
 
+def run_aggregator(cfg: RunConfig, scenario: Scenario) -> Aggregator:
+    """The run's aggregation rule, checked against the clients a round samples (the source
+    clients times ``fraction``) before any work."""
+    aggregator = Aggregator(cfg.aggregator, cfg.aggregator_f, cfg.trim_beta)
+    if not aggregator.is_mean:
+        sources = sum(1 for c in scenario.clients if c.role == "source")
+        sampled = max(1, round(cfg.fraction * sources))
+        aggregator.check_clients(sampled, f"{sampled} source clients sampled per round")
+    return aggregator
+
+
 def prepare(
     cfg: RunConfig, *, cache_dir: str | None = None, dataset: DomainDataset | None = None
 ) -> Experiment:
@@ -276,6 +288,7 @@ def prepare(
         seed=cfg.seed,
         device=device,
         problem=cfg.problem,
+        aggregator=run_aggregator(cfg, scenario),
     )
     algorithm = algo_cls(make_hparams(cfg), run)
     algorithm.check_scenario(scenario)
