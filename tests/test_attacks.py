@@ -89,6 +89,16 @@ def test_proto_poison_swaps_class_prototypes():
     assert honest.arrays["prototype.0"].tolist() == [7.0, 7.0]
 
 
+def test_proto_poison_mirrors_the_rows_of_a_class_table():
+    shares = {"model": Kind.MODEL, "reference": Kind.PROTOTYPE}
+    table = torch.arange(6, dtype=torch.float32).reshape(3, 2)
+    evil = Record(arrays={"reference.mu": table.clone(), "model.w": torch.ones(2)})
+    replies = {0: Record(arrays={"reference.mu": table.clone()}), 1: evil}
+    AttackPlan("proto-poison", [1], 1.0, shares, 3).apply({0: Record(), 1: Record()}, replies)
+    assert evil.arrays["reference.mu"].tolist() == [[4.0, 5.0], [2.0, 3.0], [0.0, 1.0]]
+    assert evil.arrays["model.w"].tolist() == [1.0, 1.0]  # models: untouched by this attack
+
+
 @pytest.mark.parametrize("kind", ["sign-flip", "alie", "ipm"])
 def test_attacked_replies_pass_reply_validation(kind):
     sends, replies = model_call()

@@ -21,7 +21,8 @@ default given):
   data-level change of its training split made once, before round 1; replies untouched);
 * ``proto-poison``: each class prototype the client sends is replaced by its prototype of
   class C − 1 − c, or of the class at the mirrored position among the classes it holds,
-  times s (default 1: swapped classes).
+  times s (default 1: swapped classes); a table with one row per class (FedSR's shared
+  reference) has its rows mirrored the same way.
 
 "Honest" are the clients of the call that are not malicious (all clients of the call when
 every one of them is). ``attack_clients`` is a count N (the N source clients with the
@@ -217,6 +218,9 @@ class AttackPlan:
         try:
             held = sorted(int(k.partition(".")[2]) for k in reply.arrays if share_key(k) == share)
             swapped = mirrored_class(int(label), held, self.num_classes)
-        except ValueError:  # not a per-class key: the array itself, scaled
-            return self.strength * reply.arrays[key].detach().to("cpu", torch.float64)
+        except ValueError:  # one table of all classes (FedSR's reference): rows mirrored
+            table = reply.arrays[key].detach().to("cpu", torch.float64)
+            if table.dim() >= 1 and table.shape[0] == self.num_classes:
+                table = table.flip(0)
+            return self.strength * table
         return self.strength * reply.arrays[f"{share}.{swapped}"].detach().to("cpu", torch.float64)
