@@ -4,16 +4,22 @@ attacked replies pass validation, and the run keys are checked before any work."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from helpers import cfg, run
+from test_contract import FAST_SETTINGS, backbone_settings, make_cfg
 
+from fedshift.algorithms import REGISTRY
 from fedshift.core.errors import ConfigError
 from fedshift.core.record import Kind, Record
+from fedshift.core.robust import Aggregator
 from fedshift.core.schema import echo
 from fedshift.engine.assembly import prepare
 from fedshift.engine.attacks import AttackPlan, alie_z, parse_attack_clients
 from fedshift.engine.federation import validate_reply
+from fedshift.engine.runner import Runner
 from fedshift.engine.simulation import SimulationFederation
 
 MODEL_SHARES = {"model": Kind.MODEL}
@@ -183,3 +189,37 @@ def test_bad_settings_are_config_errors_before_training(micro_digits, algorithm,
     with pytest.raises(ConfigError, match=message):
         exp = prepare(cfg(algorithm, **settings), dataset=micro_digits)
         SimulationFederation.for_experiment(exp)
+
+
+@dataclasses.dataclass(frozen=True)
+class CountingAggregator(Aggregator):
+    """A rule counting its calls: proves a server program went through the run's rule."""
+
+    calls: list = dataclasses.field(default_factory=list, compare=False)
+
+    def __call__(self, items, weights):
+        self.calls.append(len(items))
+        return super().__call__(items, weights)
+
+
+#: algorithms whose server averages models or prototypes; FACT (pairs of sources) refuses
+#: every rule but its own mean instead (see the settings test above)
+AVERAGING = [
+    name
+    for name, cls in REGISTRY.items()
+    if {Kind.MODEL, Kind.PROTOTYPE} & set(cls.shares.values()) and not name.startswith("fact")
+]
+
+
+@pytest.mark.parametrize("algorithm", AVERAGING)
+def test_every_averaging_algorithm_combines_through_the_runs_rule(algorithm, tmp_path, tiny_digits):
+    settings = {
+        **backbone_settings(REGISTRY[algorithm], tmp_path, tiny_digits),
+        **FAST_SETTINGS.get(algorithm, {}),
+        "rounds": 1,
+    }
+    exp = prepare(make_cfg(algorithm, **settings), dataset=tiny_digits)
+    counting = CountingAggregator("median")
+    exp.algorithm.run = dataclasses.replace(exp.algorithm.run, aggregator=counting)
+    Runner(exp, tmp_path / "run", progress=False).run()
+    assert counting.calls
