@@ -159,3 +159,5 @@ def test_dp_needs_an_algorithm_it_covers_and_sane_values():
         make_cfg("fedavg", dp_clip=1.0, dp_noise=0)
     with pytest.raises(ConfigError, match="dp_delta"):
         make_cfg("fedavg", dp_delta=1.5)
+    with pytest.raises(ConfigError, match="cannot be combined with aggregator=median"):
+        make_cfg("fedavg", dp_clip=1.0, aggregator="median")

@@ -17,6 +17,7 @@ from fedshift.algorithms._prototypes import (
     nearest_prototype_scores,
 )
 from fedshift.core.context import SplitView
+from fedshift.core.robust import Aggregator
 from fedshift.data.domains import Split
 from fedshift.models import FedModel
 
@@ -24,11 +25,11 @@ from fedshift.models import FedModel
 def test_aggregate_prototypes_weighted_and_unweighted_with_missing_classes():
     protos = [{0: t([1.0, 0.0]), 1: t([2.0, 2.0])}, {0: t([3.0, 4.0])}]
     counts = [{0: 1, 1: 3}, {0: 3}]
-    weighted = aggregate_prototypes(protos, counts, weighted=True)
+    weighted = aggregate_prototypes(protos, counts, weighted=True, aggregator=Aggregator())
     assert sorted(weighted) == [0, 1]
     assert torch.equal(weighted[0], t([2.5, 3.0]))  # (1*[1,0] + 3*[3,4]) / 4
     assert torch.equal(weighted[1], t([2.0, 2.0]))  # only client 0 holds class 1
-    plain = aggregate_prototypes(protos, counts, weighted=False)
+    plain = aggregate_prototypes(protos, counts, weighted=False, aggregator=Aggregator())
     assert torch.equal(plain[0], t([2.0, 2.0]))
     assert torch.equal(plain[1], t([2.0, 2.0]))
 

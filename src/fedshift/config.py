@@ -133,6 +133,11 @@ def validate(cfg: RunConfig) -> None:
             f", which differential privacy (dp_clip) does not cover; it runs with: "
             f"{', '.join(ready)}"
         )
+    if cfg.dp_clip > 0 and cfg.aggregator != "mean":
+        raise ConfigError(
+            f"dp_clip replaces the mean by DP's clipped, noisy mean and cannot be combined with "
+            f"aggregator={cfg.aggregator}; choose one"
+        )
     if cfg.dp_clip > 0 and importlib.util.find_spec("opacus") is None:
         raise ConfigError(
             "dp_clip needs Opacus for its privacy accountant: pip install 'fedshift[privacy]'"

@@ -14,7 +14,7 @@ from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.federation import Federation
 from fedshift.core.privacy import PrivacySettings, private_model_mean
 from fedshift.core.record import Record
-from fedshift.core.reduce import weighted_mean
+from fedshift.core.robust import Aggregator
 from fedshift.core.seeding import torch_generator
 from fedshift.core.state import ServerState
 from fedshift.eval.segmentation import mask_batches, soft_dice_loss
@@ -185,9 +185,12 @@ def proximal_penalty(anchor: dict[str, torch.Tensor], mu: float) -> Penalty:
     return penalty
 
 
-def average_replies(replies: dict[int, Record], prefix: str = "model") -> dict[str, torch.Tensor]:
-    """FedAvg's rule: the ``num-examples``-weighted mean of the tensors sent under ``prefix``."""
-    return weighted_mean(
+def average_replies(
+    replies: dict[int, Record], aggregator: Aggregator, prefix: str = "model"
+) -> dict[str, torch.Tensor]:
+    """FedAvg's rule: the ``num-examples``-weighted mean of the tensors sent under ``prefix``
+    (with ``aggregator=mean``; a robust ``aggregator`` combines them its own way)."""
+    return aggregator(
         [r.subset(prefix) for r in replies.values()],
         [r.metrics["num-examples"] for r in replies.values()],
     )
@@ -196,20 +199,22 @@ def average_replies(replies: dict[int, Record], prefix: str = "model") -> dict[s
 def averaging_round(
     state: ServerState,
     fed: Federation,
+    aggregator: Aggregator,
     metrics: Mapping[str, str] = {"train_loss": "loss"},  # noqa: B006 - read only
     privacy: PrivacySettings | None = None,
     seed: int = 0,
 ) -> tuple[ServerState, dict[str, float]]:
     """FedAvg's round: the sampled clients train from the global model under ``model``
-    and the server keeps the ``num-examples``-weighted mean of their models (unchanged
-    when nobody replied). ``metrics`` maps round metrics to the reply metric they average.
-    With ``privacy`` (the run's DP settings) the new model is DP-FedAvg's: the uniform mean
-    of the clipped updates plus Gaussian noise (:func:`private_model_mean`).
+    and the server keeps the ``num-examples``-weighted mean of their models, or what the
+    run's robust ``aggregator`` makes of them (unchanged when nobody replied). ``metrics``
+    maps round metrics to the reply metric they average. With ``privacy`` (the run's DP
+    settings) the new model is DP-FedAvg's instead: the uniform mean of the clipped updates
+    plus Gaussian noise (:func:`private_model_mean`).
     """
     replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
     if replies:
         if privacy is None:
-            state.model = average_replies(replies)
+            state.model = average_replies(replies, aggregator)
         else:
             state.model = private_model_mean(
                 state.model,

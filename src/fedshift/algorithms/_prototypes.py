@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from fedshift.core.context import SplitView
+from fedshift.core.robust import Aggregator
 
 Prototypes = dict[int, torch.Tensor]
 
@@ -101,6 +102,7 @@ def aggregate_prototypes(
     protos: Sequence[Mapping[int, torch.Tensor]],
     counts: Sequence[Mapping[int, int]],
     weighted: bool,
+    aggregator: Aggregator,
 ) -> Prototypes:
     """Global prototype of every class any client holds.
 
@@ -109,9 +111,23 @@ def aggregate_prototypes(
     (|D_{i,c}| / |N_c|). ``weighted=False`` is the official code's rule: the plain mean over
     the clients that hold class ``c``. A client without class ``c`` does not take part in
     class ``c``'s mean.
+
+    A robust ``aggregator`` (not ``mean``) combines each class's prototypes over the clients
+    holding that class, unweighted; a class held by fewer clients than its bound needs
+    fails the round (:class:`~fedshift.core.robust.AggregationError`).
     """
     if len(protos) != len(counts):
         raise ValueError(f"{len(protos)} prototype tables but {len(counts)} count tables")
+    if not aggregator.is_mean:
+        held: dict[int, list[torch.Tensor]] = {}
+        for table, table_counts in zip(protos, counts, strict=True):
+            for label, proto in table.items():
+                if float(table_counts[label]) > 0:
+                    held.setdefault(label, []).append(proto)
+        return {
+            c: aggregator([{"p": p} for p in held[c]], [1.0] * len(held[c]))["p"].to(torch.float32)
+            for c in sorted(held)
+        }
     sums: dict[int, torch.Tensor] = {}
     totals: dict[int, float] = {}
     for table, table_counts in zip(protos, counts, strict=True):

@@ -26,7 +26,6 @@ from fedshift.core.errors import ConfigError, RoundFailed
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import mean
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.split import to_input
 from fedshift.core.state import ServerState
@@ -152,9 +151,10 @@ class CCST(FedAvg):
         # 2. server mean
         if replies:
             if self.hp.aggregation == "uniform":
-                state.model = mean([r.subset("model") for r in replies.values()])
+                items = [r.subset("model") for r in replies.values()]
+                state.model = self.run.aggregator(items, [1.0] * len(items))
             else:
-                state.model = average_replies(replies)
+                state.model = average_replies(replies, self.run.aggregator)
         return state, {"train_loss": weighted_metric(replies, "loss")}
 
     def setup(self, state: ServerState, fed: Federation) -> ServerState:

@@ -65,6 +65,7 @@ class Ditto(Algorithm):
         return averaging_round(
             state,
             fed,
+            self.run.aggregator,
             {"train_loss": "loss", "personal_loss": "personal_loss"},
             privacy=self.run.privacy,
             seed=self.run.seed,

@@ -180,6 +180,15 @@ class FACT(Algorithm):
     finetune = True
 
     # -- server --------------------------------------------------------------------------
+    def check_scenario(self, scenario: Any) -> None:
+        """FACT averages exactly two sources' models a round: no robust rule applies to two
+        items (a median of two is their mean, Krum needs five), so only ``mean`` runs."""
+        if not self.run.aggregator.is_mean:
+            raise ConfigError(
+                f"fact combines exactly two sources per round; aggregator="
+                f"{self.run.aggregator.name} needs more clients (use aggregator=mean)"
+            )
+
     def round(self, state: ServerState, fed: Federation):
         """One round (the steps of the class docstring):
 

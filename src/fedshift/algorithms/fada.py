@@ -24,7 +24,6 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import weighted_mean
 from fedshift.core.schema import ArraySpec, ReplySchema, echo, specs_of
 from fedshift.core.seeding import derive_seed
 from fedshift.core.state import ServerState
@@ -244,7 +243,7 @@ class FADA(Algorithm):
             )
         else:
             alpha = [1.0 / len(order)] * len(order)
-        state.model = weighted_mean([trained[c].subset("model") for c in order], alpha)
+        state.model = self.run.aggregator([trained[c].subset("model") for c in order], alpha)
         # 4. target alignment
         to_align = Record().with_arrays("model", state.model)
         to_align.arrays["attention"] = torch.tensor(alpha, dtype=torch.float32)

@@ -25,7 +25,6 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import weighted_mean
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.state import ServerState
 
@@ -230,9 +229,11 @@ class FedADG(Algorithm):
         # 2. weighted means
         if replies:
             sizes = [r.metrics["num-examples"] for r in replies.values()]
-            state.model = weighted_mean([r.subset("model") for r in replies.values()], sizes)
+            state.model = self.run.aggregator([r.subset("model") for r in replies.values()], sizes)
             for part in self.shared_parts():
-                state.extra[part] = weighted_mean([r.subset(part) for r in replies.values()], sizes)
+                state.extra[part] = self.run.aggregator(
+                    [r.subset(part) for r in replies.values()], sizes
+                )
         metrics = {"train_loss": weighted_metric(replies, "loss")}
         for key in ("align_loss", "d_loss", "g_loss"):
             metrics[key] = weighted_metric(replies, key)

@@ -36,7 +36,9 @@ class FedAvg(Algorithm):
     batchable = ("train",)
 
     def round(self, state: ServerState, fed: Federation):
-        return averaging_round(state, fed, privacy=self.run.privacy, seed=self.run.seed)
+        return averaging_round(
+            state, fed, self.run.aggregator, privacy=self.run.privacy, seed=self.run.seed
+        )
 
     def local_penalty(self, ctx: ClientContext, record: Record):
         """Extra term of the local objective; None for plain FedAvg."""

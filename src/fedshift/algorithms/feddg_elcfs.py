@@ -201,7 +201,9 @@ class FedDGELCFS(Algorithm):
         return state
 
     def round(self, state: ServerState, fed: Federation):
-        return averaging_round(state, fed, {"train_loss": "loss", "meta_loss": "meta_loss"})
+        return averaging_round(
+            state, fed, self.run.aggregator, {"train_loss": "loss", "meta_loss": "meta_loss"}
+        )
 
     # -- client ------------------------------------------------------------------------
     def reply_schema(self, task: str, sent: Record) -> ReplySchema:

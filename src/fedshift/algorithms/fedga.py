@@ -22,7 +22,6 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import weighted_mean
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.state import ServerState
 
@@ -165,7 +164,7 @@ class FedGA(FedAvg):
             mine = torch.stack([weights[position[c]] for c in replies])
             if float(mine.sum()) <= 0:
                 mine = torch.ones_like(mine)
-            state.model = weighted_mean(
+            state.model = self.run.aggregator(
                 [r.subset("model") for r in replies.values()], mine.tolist()
             )
         return state, metrics

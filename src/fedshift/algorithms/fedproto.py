@@ -123,7 +123,10 @@ class FedProto(Algorithm):
         privacy = self.run.privacy
         if privacy is None:
             fresh = aggregate_prototypes(
-                [t[0] for t in tables], [t[1] for t in tables], self.hp.weighted
+                [t[0] for t in tables],
+                [t[1] for t in tables],
+                self.hp.weighted,
+                self.run.aggregator,
             )
         else:
             fresh = private_prototype_mean(

@@ -205,10 +205,12 @@ class FedSR(Algorithm):
         replies = fed.call("train", fed.sample(), sent)
         if replies:
             # 2. FedAvg of the models
-            state.model = average_replies(replies)
+            state.model = average_replies(replies, self.run.aggregator)
             # 3. FedAvg of the references
             if self.hp.share_reference:
-                state.extra["reference"] = average_replies(replies, "reference")
+                state.extra["reference"] = average_replies(
+                    replies, self.run.aggregator, "reference"
+                )
         return state, {
             "train_loss": weighted_metric(replies, "loss"),
             "l2r": weighted_metric(replies, "l2r"),

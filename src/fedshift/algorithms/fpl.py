@@ -208,7 +208,7 @@ class FPL(Algorithm):
         if not replies:
             return state, metrics
         # 2. FedAvg of the models
-        state.model = average_replies(replies)
+        state.model = average_replies(replies, self.run.aggregator)
         # 3. cluster prototypes P^c and unbiased prototypes U^c
         tables = [prototypes_from_arrays(r.arrays)[0] for r in replies.values()]
         if any(tables):

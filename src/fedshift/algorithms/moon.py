@@ -133,6 +133,7 @@ class Moon(Algorithm):
         return averaging_round(
             state,
             fed,
+            self.run.aggregator,
             {"train_loss": "loss", "contrastive_loss": "contrastive"},
             privacy=self.run.privacy,
             seed=self.run.seed,

@@ -22,7 +22,6 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
-from fedshift.core.reduce import mean
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.split import to_input
@@ -275,7 +274,7 @@ class PerAda(Algorithm):
             return state, metrics
         # 2. uniform mean
         local = [r.subset("adapter") for r in replies.values()]
-        state.model = mean(local)
+        state.model = self.run.aggregator(local, [1.0] * len(local))
         if self.hp.distill and fed.round <= self.hp.kd_rounds:
             # 3. server knowledge distillation
             snapshots, metrics["kd_loss"] = self.distill(state.model, local, fed)

@@ -13,6 +13,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, NoHparams
 from fedshift.core.privacy import PrivacySettings
 from fedshift.core.record import Kind, Record, share_key
+from fedshift.core.robust import Aggregator
 from fedshift.core.schema import ReplySchema, echo
 from fedshift.core.state import ServerState
 
@@ -41,6 +42,9 @@ class RunInfo:
     device: torch.device
     #: the learning problem of the run (``RunConfig.problem``)
     problem: str = "classification"
+    #: how the server program combines what clients send (``aggregator`` run keys); call
+    #: it where a mean would go: ``self.run.aggregator(items, weights)``
+    aggregator: Aggregator = dataclasses.field(default_factory=Aggregator)
     #: client-level differential privacy of the run, None when off
     privacy: PrivacySettings | None = None
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fedshift.core.errors import ConfigError, did_you_mean
+from fedshift.core.robust import check_aggregator_values
 
 #: learning problems: what a model predicts (``RunConfig.problem``)
 Problem = Literal["classification", "segmentation"]
@@ -35,6 +36,8 @@ TRACKERS: dict[str, str] = {
     "wandb": "wandb",
     "mlflow": "mlflow",
 }
+#: simulated attacks (``RunConfig.attack``), implemented in :mod:`fedshift.engine.attacks`
+ATTACKS = ("sign-flip", "alie", "ipm", "label-flip", "proto-poison")
 #: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
 PROTOCOLS: dict[str, str] = {
     "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
@@ -127,6 +130,17 @@ class RunConfig:
     dp_noise: float = 1.0
     dp_delta: float = 1e-5
     dp_min_count: int = 5
+    # how the server combines what clients send (models, prototypes): mean (weighted, as
+    # each paper), median, trimmed-mean, krum, multi-krum, bulyan (fedshift.core.robust)
+    aggregator: str = "mean"
+    aggregator_f: int = 1  # Byzantine clients krum, multi-krum and bulyan must withstand
+    trim_beta: float = 0.1  # trimmed-mean: share dropped at each end of every coordinate
+    # simulate malicious clients (simulation engine, fedshift.engine.attacks): sign-flip,
+    # alie, ipm, label-flip, proto-poison; attack_clients: a count N (the N first source
+    # clients) or ids:I,J; attack_strength: the attack's scale (0: its default)
+    attack: str = ""
+    attack_clients: str = "1"
+    attack_strength: float = 0.0
     algo: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -273,6 +287,11 @@ def check_run_values(cfg: RunConfig) -> None:
         )
     if cfg.dirichlet_alpha <= 0:
         raise ConfigError(f"dirichlet_alpha must be > 0, got {cfg.dirichlet_alpha}")
+    check_aggregator_values(cfg.aggregator, cfg.aggregator_f, cfg.trim_beta)
+    if cfg.attack:
+        check_choice("attack", cfg.attack, ATTACKS)
+    if cfg.attack_strength < 0:
+        raise ConfigError(f"attack_strength must be >= 0 (0: default), got {cfg.attack_strength}")
     if cfg.max_reply_value < 0:
         raise ConfigError(f"max_reply_value must be >= 0 (0: off), got {cfg.max_reply_value}")
     if cfg.dp_clip < 0:

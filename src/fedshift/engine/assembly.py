@@ -19,6 +19,7 @@ from fedshift.core.context import ClientContext, SplitView, TrainConfig
 from fedshift.core.errors import ConfigError, DatasetError
 from fedshift.core.privacy import PrivacySettings
 from fedshift.core.record import Kind
+from fedshift.core.robust import Aggregator
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.seeding import derive_seed
 from fedshift.core.version import __version__
@@ -272,6 +273,17 @@ def privacy_settings(cfg: RunConfig) -> PrivacySettings | None:
     return PrivacySettings(cfg.dp_clip, cfg.dp_noise, cfg.dp_delta, cfg.dp_min_count)
 
 
+def run_aggregator(cfg: RunConfig, scenario: Scenario) -> Aggregator:
+    """The run's aggregation rule, checked against the clients a round samples (the source
+    clients times ``fraction``) before any work."""
+    aggregator = Aggregator(cfg.aggregator, cfg.aggregator_f, cfg.trim_beta)
+    if not aggregator.is_mean:
+        sources = sum(1 for c in scenario.clients if c.role == "source")
+        sampled = max(1, round(cfg.fraction * sources))
+        aggregator.check_clients(sampled, f"{sampled} source clients sampled per round")
+    return aggregator
+
+
 def prepare(
     cfg: RunConfig, *, cache_dir: str | None = None, dataset: DomainDataset | None = None
 ) -> Experiment:
@@ -313,6 +325,7 @@ def prepare(
         seed=cfg.seed,
         device=device,
         problem=cfg.problem,
+        aggregator=run_aggregator(cfg, scenario),
         privacy=privacy_settings(cfg),
     )
     algorithm = algo_cls(make_hparams(cfg), run)

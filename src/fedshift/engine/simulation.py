@@ -9,6 +9,7 @@ from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
 from fedshift.core.record import Record
 from fedshift.engine.assembly import Experiment
+from fedshift.engine.attacks import AttackPlan
 from fedshift.engine.evaluation import ClientScores, client_scores
 from fedshift.engine.faults import CORRUPTIONS, FaultPlan, InjectedFault
 from fedshift.engine.federation import (
@@ -31,7 +32,8 @@ class SimulationFederation(BaseFederation):
 
     A client task that raises is a failed client (its message logged in one line); the
     failure policy decides the round. ``faults`` (:mod:`fedshift.engine.faults`) injects
-    client faults for tests and drills.
+    client faults for tests and drills; ``attack`` (:mod:`fedshift.engine.attacks`) makes
+    some clients malicious.
     """
 
     def __init__(
@@ -42,6 +44,7 @@ class SimulationFederation(BaseFederation):
         score_client: ScoreClient | None = None,
         vectorize: bool = False,
         faults: FaultPlan | None = None,
+        attack: AttackPlan | None = None,
         **options,
     ):
         super().__init__(algorithm, {cid: ctx.role for cid, ctx in contexts.items()}, **options)
@@ -49,6 +52,7 @@ class SimulationFederation(BaseFederation):
         self.score_client = score_client
         self.vectorize = vectorize
         self.faults = faults
+        self.attack = attack
         #: replies that missed their round's deadline: (round, call, client); never used
         self.late: list[tuple[int, int, int]] = []
 
@@ -64,6 +68,9 @@ class SimulationFederation(BaseFederation):
             score_client=score,
             vectorize=vectorize,
             faults=FaultPlan.from_text(exp.cfg.faults),
+            attack=AttackPlan.from_config(
+                exp.cfg, exp.contexts, exp.algorithm.shares, exp.dataset.num_classes
+            ),
             **federation_options(exp),
         )
 
@@ -100,6 +107,8 @@ class SimulationFederation(BaseFederation):
                 )
                 together = None
             if together is not None:
+                if self.attack is not None:
+                    self.attack.apply(sends, together)
                 return together
         for cid, sent in sends.items():
             kinds = faulty.get(cid, ())
@@ -126,9 +135,12 @@ class SimulationFederation(BaseFederation):
                 self.late.append((self.round, call_index, cid))
                 self._fail(cid, task, "no reply before the round's deadline (straggler)")
                 continue
-            for kind in kinds:
-                CORRUPTIONS[kind](reply)
             replies[cid] = reply
+        if self.attack is not None:
+            self.attack.apply(sends, replies)
+        for cid, reply in replies.items():
+            for kind in faulty.get(cid, ()):
+                CORRUPTIONS[kind](reply)
         return replies
 
     def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:

@@ -49,6 +49,10 @@ class FlowerFederation(BaseFederation):
     """
 
     def __init__(self, grid: Grid, exp: Experiment, opts: DeployOptions, run_token: str):
+        if exp.cfg.attack:
+            raise ConfigError(
+                "attack is simulated by the in-process engine only; run it without Flower"
+            )
         roles = {cid: ctx.role for cid, ctx in exp.contexts.items()}
         super().__init__(exp.algorithm, roles, **federation_options(exp))
         self.grid = grid
