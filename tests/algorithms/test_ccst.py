@@ -182,7 +182,7 @@ class _TwoClients:
 def test_ccst_weighted_or_uniform_server_mean(aggregation, expected):
     from fedshift.core.state import ServerState
 
-    algo = CCST(CCSTHparams(aggregation=aggregation), run=None)
+    algo = CCST(CCSTHparams(aggregation=aggregation), run=run_info())
     state, _ = algo.round(ServerState(model={"w": torch.tensor([9.0])}), _TwoClients())
     # weighted: (1·0 + 3·4) / 4 = 3; uniform (official 1/K): (0 + 4) / 2 = 2
     assert torch.equal(state.model["w"], torch.tensor([expected]))
