@@ -139,18 +139,28 @@ def never_checkpointed(run_dir: Path) -> bool:
     )
 
 
+def unwritable_ancestor(path: Path) -> str | None:
+    """Why ``path`` cannot be created or written: its nearest existing ancestor is a file
+    or is not writable; None when it can."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} cannot be written"
+    return None
+
+
 def check_run_dir(run_dir: Path, *, resume: bool) -> None:
     """Refuse an unusable ``--out`` before any work and without touching it."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--out {run_dir} is a file, not a folder; give a folder for the run")
-    existing = run_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigError(f"--out {run_dir}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {run_dir}: {existing} cannot be written (read-only)")
+    problem = unwritable_ancestor(run_dir)
+    if problem is not None:
+        suffix = " (read-only)" if problem.endswith("cannot be written") else ""
+        raise ConfigError(f"--out {run_dir}: {problem}{suffix}")
     if not run_dir.is_dir():
         if resume:
             raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")

@@ -32,7 +32,13 @@ from fedshift.core.runconfig import RunConfig, check_choice_device
 from fedshift.core.state import has_checkpoint, write_text_atomically
 from fedshift.data.custom import registered_datasets
 from fedshift.engine.assembly import resolve_device
-from fedshift.engine.rundir import RunDirectoryBusy, claim_run_dir, clear_run_dir, read_summary
+from fedshift.engine.rundir import (
+    RunDirectoryBusy,
+    claim_run_dir,
+    clear_run_dir,
+    read_summary,
+    unwritable_ancestor,
+)
 from fedshift.engine.runner import run_experiment
 
 #: run keys a sweep takes from its own options, not from ``--grid``
@@ -540,13 +546,9 @@ def sweep(
 
 def check_out(out: Path) -> None:
     """The sweep's folder must be a folder, or creatable (checked before any run)."""
-    existing = out
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigError(f"cannot use --out {out}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"cannot use --out {out}: {existing} cannot be written")
+    problem = unwritable_ancestor(out)
+    if problem is not None:
+        raise ConfigError(f"cannot use --out {out}: {problem}")
 
 
 def check_choice_backend(backend: str) -> None:
