@@ -93,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--partition",
-        help=f"how a domain is split among its clients: {', '.join(PARTITIONS)} "
-        f"(default {defaults.partition})",
+        help=f"how the source data is split among clients: {', '.join(PARTITIONS)} "
+        "(iid, dirichlet, nway-kshot: each domain on its own; heterogeneity: across the "
+        f"source domains, --set lambda=L) (default {defaults.partition})",
     )
     run.add_argument(
         "--model",
