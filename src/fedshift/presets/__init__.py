@@ -98,7 +98,10 @@ def load_preset(ref: str | os.PathLike) -> Preset:
             settings.update({f"algo.{k}": v for k, v in value.items()})
         elif key == "preset":
             if not isinstance(value, dict):
-                raise ConfigError(f"preset file {path}: 'preset' must be a table ([preset])")
+                raise ConfigError(
+                    f"preset file {path}: 'preset' must be the [preset] table (paper, "
+                    "setting, ...); a preset cannot start from another preset"
+                )
             meta = check_meta(path, value)
         elif key in RECORD_KEYS:
             raise ConfigError(
@@ -112,6 +115,8 @@ def load_preset(ref: str | os.PathLike) -> Preset:
                 f"{did_you_mean(key, [*RUN_KEYS, 'algo', 'preset'])}; valid: the run keys "
                 "(see `fedshift run --help`), [algo] and [preset]"
             )
+        elif isinstance(value, dict):
+            raise ConfigError(f"preset file {path}: run key {key!r} takes a value, not a table")
         else:
             settings[key] = value
     digest = hashlib.sha256(raw).hexdigest()
