@@ -12,6 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 import fedshift
@@ -21,6 +22,7 @@ from fedshift.config import check_preset, resolve
 from fedshift.core.errors import ConfigError
 from fedshift.data import digits
 from fedshift.data.catalog import CATALOG
+from fedshift.models import build_model
 from fedshift.presets import META_KEYS, PRESET_DIR, load_preset, preset_names
 
 REPO = Path(__file__).resolve().parents[1]
@@ -284,7 +286,44 @@ def test_shipped_fedsr_pacs_preset_runs_one_round_on_generated_pacs(tmp_path, mo
     assert main(argv) == 0
     saved = json.loads((out / "config.json").read_text())
     assert saved["preset"] == "fedsr-pacs"
-    assert (saved["algorithm"], saved["target"], saved["model"]) == ("fedsr", "sketch", "cnn")
+    assert (saved["algorithm"], saved["target"], saved["model"]) == ("fedsr", "art_painting", "cnn")
     assert saved["algo"]["alpha_cmi"] == 0.001 and saved["lr"] == 0.01
     shipped = (PRESET_DIR / "fedsr-pacs.toml").read_bytes()
     assert saved["preset_sha256"] == hashlib.sha256(shipped).hexdigest()
+
+
+def _folder_tree(name: str, root: Path) -> None:
+    """ROOT/<domain>/<class>/<image>, 3 classes x 6 images per domain."""
+    for domain in CATALOG[name].domains:
+        for label, cls in enumerate(("bike", "cup", "pen")):
+            for i in range(6):
+                path = root / domain / cls / f"{i:03d}.jpg"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.new("RGB", (8, 8), (label * 80, i * 40, len(domain) * 20)).save(path)
+
+
+GENERATED = {"pacs": _pacs_tree, "office-home": None, "office-caltech10": None}
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in preset_names() if load_preset(n).dataset.split(":")[0] in GENERATED]
+)
+def test_catalog_presets_build_their_task_on_a_generated_copy(name, tmp_path, monkeypatch, capsys):
+    """Each shipped preset on a generated copy of its dataset: domains, protocol and partition
+    build (``--dry-run``); ImageNet weights are left out (no weights file in tests)."""
+    monkeypatch.setenv("FEDSHIFT_CACHE", str(tmp_path / "cache"))
+    dataset = load_preset(name).dataset
+    make_tree = GENERATED[dataset] or (lambda root: _folder_tree(dataset, root))
+    make_tree(tmp_path / "data")
+    argv = ["run", "--preset", name, "--dry-run", "--set", f"data_root={tmp_path / 'data'}"]
+    argv += ["--set", "model_weights=", "--set", "image_size=64"]
+    if load_preset(name).algorithm == "perada":
+        code, _, err = cli(argv, capsys)
+        assert code == 2 and "perada needs a pretrained backbone" in err
+        weights = tmp_path / "backbone.pt"
+        model = build_model(load_preset(name).settings["model"], 3, image_size=64)
+        torch.save(model.state_dict(), weights)
+        argv += ["--set", f"algo.backbone={weights}"]
+    code, out, err = cli(argv, capsys)
+    assert code == 0, err
+    assert f'preset = "{name}"' in out and "# task:" in out
