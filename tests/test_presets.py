@@ -327,3 +327,16 @@ def test_catalog_presets_build_their_task_on_a_generated_copy(name, tmp_path, mo
     code, out, err = cli(argv, capsys)
     assert code == 0, err
     assert f'preset = "{name}"' in out and "# task:" in out
+
+
+def test_docs_table_lists_every_preset_with_its_number():
+    """docs/presets.md stays true: one table row per shipped preset, with its paper's number."""
+    rows = {
+        line.split("|")[1].strip(" `"): line
+        for line in (REPO / "docs" / "presets.md").read_text().splitlines()
+        if line.startswith("| `")
+    }
+    assert set(rows) == set(preset_names())
+    for name, line in rows.items():
+        meta = load_preset(name).meta
+        assert meta["paper_result"] in line and meta["setting"] in line, name
