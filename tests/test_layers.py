@@ -1,6 +1,6 @@
-"""The package's layers point one way: core <- data, models, eval <- pretrain <- algorithms <-
-config <- engine <- report <- cli. Every import statement counts, including imports inside
-functions, so a lazy import cannot hide a back-arrow or a cycle."""
+"""The package's layers point one way: core <- presets, data, models, eval <- pretrain <-
+algorithms <- config <- engine <- report <- cli. Every import statement counts, including imports
+inside functions, so a lazy import cannot hide a back-arrow or a cycle."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ PACKAGE = Path(fedshift.__file__).parent
 RANKS = {
     "core": 0,
     "plugins": 0.5,  # entry points and import paths; needs only core
+    "presets": 0.5,  # the paper presets' TOML files and their reader; needs only core
     "data": 1,
     "models": 1,
     "eval": 1,

@@ -1,8 +1,9 @@
 """fedshift: federated learning under domain shift.
 
 The public API (see docs/library.md): :func:`run`, :func:`plan`, :func:`sweep`,
-:func:`load_run`, and :func:`register_model`, :func:`register_dataset`,
-:func:`register_algorithm` for a script's own parts. They are imported on first use, so
+:func:`load_run`, :func:`load_preset` and :func:`preset_names` (paper presets), and
+:func:`register_model`, :func:`register_dataset`, :func:`register_algorithm` for a script's
+own parts. They are imported on first use, so
 ``import fedshift`` (and the command line) stays quick.
 """
 
@@ -15,11 +16,14 @@ from fedshift.core.version import __version__
 
 if TYPE_CHECKING:
     from fedshift.api import (
+        Preset,
         RunResult,
         SweepFailed,
         Task,
+        load_preset,
         load_run,
         plan,
+        preset_names,
         register_algorithm,
         register_dataset,
         register_model,
@@ -28,12 +32,15 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "Preset",
     "RunResult",
     "SweepFailed",
     "Task",
     "__version__",
+    "load_preset",
     "load_run",
     "plan",
+    "preset_names",
     "register_algorithm",
     "register_dataset",
     "register_model",

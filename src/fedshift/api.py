@@ -8,7 +8,10 @@ Run keys are those of ``fedshift run --set KEY=VALUE`` (``fedshift.config.RUN_KE
 algorithm hyperparameters go in ``algo={...}`` (or as ``**{"algo.mu": 0.1}``). Keys are
 resolved and checked by :func:`fedshift.config.resolve`, the code path of the CLI, so a bad
 key or value raises the same :class:`~fedshift.core.errors.ConfigError` (with the same
-message) that the CLI prints as ``fedshift: error: ...``.
+message) that the CLI prints as ``fedshift: error: ...``. A paper preset is the run key
+``preset`` (``fedshift.run(preset="fedsr-pacs", data_root="/data/PACS", rounds=5)``): its
+settings lie below the other keys; :func:`load_preset` reads one, :func:`preset_names`
+lists the shipped ones.
 """
 
 from __future__ import annotations
@@ -29,13 +32,17 @@ from fedshift.engine.runner import run_experiment
 from fedshift.engine.sweep import SweepFailed
 from fedshift.engine.sweep import sweep as run_sweep
 from fedshift.models.registry import register_model
+from fedshift.presets import Preset, load_preset, preset_names
 
 __all__ = [
+    "Preset",
     "RunResult",
     "SweepFailed",
     "Task",
+    "load_preset",
     "load_run",
     "plan",
+    "preset_names",
     "register_algorithm",
     "register_dataset",
     "register_model",

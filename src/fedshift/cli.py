@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--config", help="TOML file with run keys and an [algo] table")
     run.add_argument(
+        "--preset",
+        help="start from a paper preset (see `fedshift list presets`) or a preset TOML file; "
+        "--config, flags and --set override its settings",
+    )
+    run.add_argument(
         "--set",
         action="append",
         default=[],
@@ -179,8 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
         "a summary figure such as target_accuracy_last draws its per-round metric",
     )
 
-    lst = sub.add_parser("list", help="list algorithms, datasets or models (plug-ins marked)")
-    lst.add_argument("what", choices=["algorithms", "datasets", "models"])
+    lst = sub.add_parser(
+        "list", help="list algorithms, datasets, models (plug-ins marked) or paper presets"
+    )
+    lst.add_argument("what", choices=["algorithms", "datasets", "models", "presets"])
 
     show_algo = sub.add_parser(
         "show", help="an algorithm's hyperparameters, what it shares and its protocols"
@@ -259,6 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "model": args.model,
         "seed": args.seed,
         "device": args.device,
+        "preset": args.preset,
     }
     if args.sources is not None and not _csv(args.sources):
         return fail(
@@ -410,6 +418,15 @@ def cmd_list(args: argparse.Namespace) -> int:
             if cls.pooled:
                 shares = "nothing (pooled data, not federated)"
             rows.append((name, shares, cls.paper, origin_of(name)))
+    elif args.what == "presets":
+        from fedshift.presets import load_preset, preset_names
+
+        rows = [("name", "algorithm", "dataset", "paper", "paper's number")]
+        for name in preset_names():
+            preset = load_preset(name)
+            meta = preset.meta
+            paper, result = meta.get("paper", "-"), meta.get("paper_result", "-")
+            rows.append((name, preset.algorithm, preset.dataset, paper, result))
     elif args.what == "models":
         from fedshift.models.registry import all_models
 

@@ -30,7 +30,9 @@ from fedshift.core.runconfig import (
     field_type,
 )
 from fedshift.core.state import has_checkpoint, load_checkpoint
+from fedshift.data.catalog import CATALOG, check_dataset
 from fedshift.models.registry import SEGMENTATION_MODELS
+from fedshift.presets import Preset, load_preset
 
 log = logging.getLogger(__name__)
 
@@ -162,12 +164,60 @@ def check_problem(cfg: RunConfig, algorithm: type) -> None:
 
 
 def resolve(file: str | None, flags: dict[str, Any], sets: list[str]) -> RunConfig:
-    """Defaults < TOML file < flags < --set; unknown keys and bad values raise ConfigError."""
+    """Defaults < preset < TOML file < flags < --set; unknown keys and bad values raise
+    ConfigError. A ``preset`` key (``--preset``) given at any of those levels brings in the
+    preset's settings as the lowest layer (see :func:`with_preset`)."""
     settings: dict[str, Any] = {}
     if file:
         settings.update(read_toml(file))
     settings.update({k: v for k, v in flags.items() if v is not None})
     settings.update(parse_set(sets))
+    preset = load_preset(str(settings["preset"])) if settings.get("preset") else None
+    if preset is not None:
+        settings = with_preset(preset, settings)
+    cfg = _resolve_settings(settings)
+    cfg.preset_sha256 = preset.sha256 if preset is not None else ""
+    if preset is not None:
+        check_preset_data(cfg)
+    return cfg
+
+
+def with_preset(preset: Preset, settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` over the (checked) preset's, with the preset's name recorded. The preset's
+    ``[algo]`` table is left out when ``settings`` choose another algorithm."""
+    check_preset(preset)
+    base = dict(preset.settings)
+    given = settings.get("algorithm")
+    if given is not None and given != preset.algorithm:
+        base = {k: v for k, v in base.items() if not k.startswith("algo.")}
+    return {**base, **settings, "preset": preset.name}
+
+
+def check_preset(preset: Preset) -> RunConfig:
+    """The preset's own settings resolved and checked (run keys, values, the algorithm's
+    hyperparameters); a ConfigError names the preset file."""
+    try:
+        return _resolve_settings(dict(preset.settings))
+    except ConfigError as exc:
+        raise ConfigError(f"preset file {preset.path}: {exc}") from None
+
+
+def check_preset_data(cfg: RunConfig) -> None:
+    """A preset on a catalog dataset needs ``data_root`` holding a sound copy: the check of
+    ``fedshift datasets check`` runs first, and its one-line error stops the run."""
+    name = cfg.dataset.split(":", 1)[0]
+    if name not in CATALOG:
+        return
+    if not cfg.data_root:
+        raise ConfigError(
+            f"preset {cfg.preset} reads dataset {name!r} from your copy: give --set "
+            f"data_root=PATH (check it with `fedshift datasets check {name} --root PATH`)"
+        )
+    check_dataset(name, cfg.data_root)
+
+
+def _resolve_settings(settings: dict[str, Any]) -> RunConfig:
+    """Flat settings (run keys, ``algo.NAME``) over the defaults, resolved and checked."""
     cfg = RunConfig()
     run_settings = {renamed(k): v for k, v in settings.items() if not k.startswith("algo.")}
     apply_settings(cfg, run_settings)

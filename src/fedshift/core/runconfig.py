@@ -141,6 +141,11 @@ class RunConfig:
     attack: str = ""
     attack_clients: str = "1"
     attack_strength: float = 0.0
+    # the paper preset the run started from (`fedshift list presets`, or a TOML path): its
+    # settings lie below every file, flag and --set; preset_sha256 is filled in by the
+    # resolver with the SHA-256 of the preset file, so config.json records which one ran
+    preset: str = ""
+    preset_sha256: str = ""
     algo: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
