@@ -53,8 +53,12 @@ def resolve_device(name: str) -> torch.device:
 def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None = None):
     """A function returning the same seeded initialization on every call.
 
-    ``options`` are extra model options (a ``hetero_models`` variant)."""
+    ``options`` are extra model options (a ``hetero_models`` variant). A segmentation
+    dataset with several mask channels (fundus: disc, cup) gets one output channel each."""
     image_size = cfg.image_size or dataset.image_size
+    channels = mask_channels(cfg, dataset)
+    if len(channels) > 1:
+        options = {"out_channels": len(channels), **(options or {})}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(cfg.seed, "model-init"))
         try:
@@ -71,6 +75,14 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None =
             raise ConfigError(str(exc)) from None
 
     return ModelBuilder(template)
+
+
+def mask_channels(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
+    """The names of the dataset's mask channels in a segmentation run (one unnamed channel
+    where the dataset names none), else empty."""
+    if cfg.problem != "segmentation":
+        return []
+    return list(dataset.meta.get("mask_channels", ["foreground"]))
 
 
 class ModelBuilder:
@@ -306,6 +318,11 @@ def prepare(
             )
         except DatasetError as exc:
             raise ConfigError(str(exc)) from None
+    if dataset.meta.get("problem") == "segmentation" and cfg.problem != "segmentation":
+        raise ConfigError(
+            f"dataset {dataset.name!r} has segmentation masks, no classes: run it with "
+            "--set problem=segmentation --model unet"
+        )
     algo_cls = REGISTRY[cfg.algorithm]
     scenario = build_scenario(cfg, dataset, pooled=algo_cls.pooled)
     if cfg.problem == "segmentation":

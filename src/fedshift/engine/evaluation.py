@@ -9,10 +9,10 @@ from typing import Any
 
 from fedshift.core.context import ClientContext
 from fedshift.core.state import ServerState
-from fedshift.engine.assembly import Experiment, personal_model
+from fedshift.engine.assembly import Experiment, mask_channels, personal_model
 from fedshift.engine.protocol_personalized import global_model_on_clients
 from fedshift.eval.metrics import accuracy, mean_or_nan, sample_std
-from fedshift.eval.segmentation import dice
+from fedshift.eval.segmentation import dice, dice_per_channel
 
 #: per-client scores of a personal model: own val/test shares, every domain's test split
 ClientScores = dict[str, float]
@@ -127,7 +127,27 @@ def evaluate(
     if exp.cfg.problem == "segmentation":
         out["target_dice"] = out["target_accuracy"]
         out["per_domain_dice"] = per_domain
+        if not algo.personal:
+            out.update(channel_dice(exp, model))
     return out
+
+
+def channel_dice(exp: Experiment, model) -> dict[str, Any]:
+    """Each mask channel's Dice per domain (``per_domain_channel_dice``) and on the targets
+    (``target_channel_dice``), for datasets with several channels (fundus: disc, cup)."""
+    names = mask_channels(exp.cfg, exp.dataset)
+    if len(names) < 2:
+        return {}
+    algo, device = exp.algorithm, exp.device
+    batch = {"batch_size": exp.cfg.eval_batch_size} if exp.cfg.eval_batch_size > 0 else {}
+    per_domain = {}
+    for d in exp.dataset.domain_names:
+        scores = dice_per_channel(model, exp.dataset.domain(d).test, device, algo.predict, **batch)
+        per_domain[d] = dict(zip(names, scores, strict=True))
+    targets = {
+        name: mean_or_nan([per_domain[t][name] for t in exp.scenario.targets]) for name in names
+    }
+    return {"per_domain_channel_dice": per_domain, "target_channel_dice": targets}
 
 
 def kept_personal_accuracy(score_clients: ScoreClients) -> dict[str, float]:
