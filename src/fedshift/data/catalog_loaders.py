@@ -219,7 +219,7 @@ def load_catalog(
             name,
             root,
             image_size=size,
-            holdout=lambda entries, s, site: holdout(entries, VAL_FRACTION, _seed(s, site)),
+            site_seed=_seed,
             seed=seed,
             meta=meta,
             cache_folder=image_cache.cache_folder(cache_dir) if cache else None,

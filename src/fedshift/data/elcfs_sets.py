@@ -39,9 +39,12 @@ import torch.nn.functional as F
 
 from fedshift.data import image_cache
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.lists import holdout
 
 #: the release's image side (``volume_size = [384, 384, 3]`` in ``train_ELCFS.py``)
 RESOLUTION = 384
+#: the share of each site's files held out as val (the catalog's DomainBed fraction)
+VAL_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
@@ -127,18 +130,22 @@ def _check_shape(spec: ElcfsSet, path: Path, shape: tuple[int, ...], dtype: np.d
 
 
 def check_elcfs(name: str, root: str | os.PathLike) -> tuple[dict[str, dict[str, int]], list]:
-    """Per-site counts (``all``) after checking every file's ``.npy`` header, and one
-    warning per site whose count differs from the official one."""
+    """Per-site per-split counts after checking every file's ``.npy`` header, and one
+    warning per site whose count differs from the official one. The holdout's sizes depend
+    on the number of files only, not on ``split_seed``."""
     spec = SETS[name]
     files = site_files(spec, Path(root).expanduser())
     for paths in files.values():
         for path in paths:
             _check_shape(spec, path, *_header(path))
-    counts = {site: {"all": len(paths)} for site, paths in files.items()}
+    counts = {}
+    for site, paths in files.items():
+        train, val = holdout([(p, 0) for p in paths], VAL_FRACTION, 0)
+        counts[site] = {"train": len(train), "val": len(val), "test": len(paths)}
     warnings_ = [
-        f"{name}/{site}: {counts[site]['all']} images, the official copy has {official}"
+        f"{name}/{site}: {counts[site]['test']} images, the official copy has {official}"
         for site, official in spec.official_counts.items()
-        if counts[site]["all"] != official
+        if counts[site]["test"] != official
     ]
     return counts, warnings_
 
@@ -260,14 +267,15 @@ def load_elcfs(
     root: Path,
     *,
     image_size: int,
-    holdout: Callable[[list, int, str], tuple[list, list]],
+    site_seed: Callable[[int, str], int],
     seed: int,
     meta: dict,
     cache_folder: Path | None,
     domains: Sequence[str] | None = None,
 ) -> DomainDataset:
-    """ELCFS set ``name`` from ``root``: per site train/val by ``holdout(entries, seed,
-    site)`` (train rows first, so both are views of the site's array), test the whole site.
+    """ELCFS set ``name`` from ``root``: per site a :data:`VAL_FRACTION` holdout seeded by
+    ``site_seed(seed, site)`` as train / val (train rows first, so both are views of the
+    site's array), test the whole site.
 
     ``domains``: decode only these sites (the whole copy's layout is still checked)."""
     spec = SETS[name]
@@ -279,7 +287,7 @@ def load_elcfs(
     for site, paths in files.items():
         if domains is not None and site not in domains:
             continue
-        kept, held = holdout([(p, 0) for p in paths], seed, site)
+        kept, held = holdout([(p, 0) for p in paths], VAL_FRACTION, site_seed(seed, site))
         order = [p for p, _ in kept] + [p for p, _ in held]
         pixels, masks, cached[site] = _site_arrays(
             spec, site, order, size, cache_folder, meta.get("root", "")

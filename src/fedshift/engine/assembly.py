@@ -26,6 +26,7 @@ from fedshift.core.version import __version__
 from fedshift.data import load_dataset
 from fedshift.data.augment import Augment, build_augment, resolve_augment
 from fedshift.data.domains import DomainDataset
+from fedshift.data.elcfs_sets import SETS as SEGMENTATION_SETS
 from fedshift.engine.protocols import build_scenario
 from fedshift.engine.scenario import Scenario, server_images
 from fedshift.eval.segmentation import check_masks
@@ -75,6 +76,13 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None =
             raise ConfigError(str(exc)) from None
 
     return ModelBuilder(template)
+
+
+def segmentation_only(name: str) -> str:
+    return (
+        f"dataset {name!r} has segmentation masks, no classes: run it with "
+        "--set problem=segmentation --model unet"
+    )
 
 
 def mask_channels(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
@@ -307,6 +315,8 @@ def prepare(
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     if dataset is None:
+        if cfg.problem != "segmentation" and cfg.dataset.split(":")[0] in SEGMENTATION_SETS:
+            raise ConfigError(segmentation_only(cfg.dataset.split(":")[0]))
         try:
             dataset = load_dataset(
                 cfg.dataset,
@@ -319,10 +329,7 @@ def prepare(
         except DatasetError as exc:
             raise ConfigError(str(exc)) from None
     if dataset.meta.get("problem") == "segmentation" and cfg.problem != "segmentation":
-        raise ConfigError(
-            f"dataset {dataset.name!r} has segmentation masks, no classes: run it with "
-            "--set problem=segmentation --model unet"
-        )
+        raise ConfigError(segmentation_only(dataset.name))
     algo_cls = REGISTRY[cfg.algorithm]
     scenario = build_scenario(cfg, dataset, pooled=algo_cls.pooled)
     if cfg.problem == "segmentation":
