@@ -183,29 +183,31 @@ def label_map(spec: ElcfsSet, path: Path, masks: np.ndarray) -> np.ndarray:
     return label
 
 
-def _image(spec: ElcfsSet, path: Path, image: np.ndarray) -> torch.Tensor:
-    """float ``C×H×W`` in [0, 255]: fundus as stored (checked), prostate min-max scaled."""
+def _image(spec: ElcfsSet, path: Path, image: np.ndarray, size: int) -> torch.Tensor:
+    """uint8 ``C×size×size``: fundus as stored (checked to lie in [0, 255]), prostate min-max
+    scaled to [0, 255] after resizing."""
     pixels = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)).permute(2, 0, 1)
+    low, high = float(pixels.min()), float(pixels.max())
+    if spec.image_channels == 3 and (low < 0.0 or high > 255.0):
+        raise DatasetError(f"{path}: image values span [{low:g}, {high:g}], expected 0..255")
+    if tuple(pixels.shape[-2:]) != (size, size):
+        pixels = F.interpolate(
+            pixels[None], size=(size, size), mode="bilinear", align_corners=False, antialias=True
+        )[0]
     if spec.image_channels == 1:
         low, high = pixels.min(), pixels.max()
-        return (pixels - low) * (255.0 / (high - low)) if high > low else pixels * 0.0
-    low, high = float(pixels.min()), float(pixels.max())
-    if low < 0.0 or high > 255.0:
-        raise DatasetError(f"{path}: image values span [{low:g}, {high:g}], expected 0..255")
-    return pixels
+        pixels = (pixels - low) * (255.0 / (high - low)) if high > low else pixels * 0.0
+    return pixels.round().clamp(0, 255).to(torch.uint8)
 
 
 def decode(spec: ElcfsSet, path: Path, size: int) -> tuple[np.ndarray, np.ndarray]:
     """(uint8 image ``C×size×size``, uint8 label map ``size×size``) of one file."""
     array = _read(spec, path)
-    image = _image(spec, path, array[..., : spec.image_channels])
+    image = _image(spec, path, array[..., : spec.image_channels], size)
     label = torch.from_numpy(label_map(spec, path, array[..., spec.image_channels :]))
-    if tuple(image.shape[-2:]) != (size, size):
-        image = F.interpolate(
-            image[None], size=(size, size), mode="bilinear", align_corners=False, antialias=True
-        )[0]
+    if tuple(label.shape) != (size, size):
         label = F.interpolate(label[None, None].float(), size=(size, size), mode="nearest")[0, 0]
-    return image.round().clamp(0, 255).to(torch.uint8).numpy(), label.to(torch.uint8).numpy()
+    return image.numpy(), label.to(torch.uint8).numpy()
 
 
 def _decode_all(
