@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,10 +214,14 @@ def decode(spec: ElcfsSet, path: Path, size: int) -> tuple[np.ndarray, np.ndarra
 def _decode_all(
     spec: ElcfsSet, files: Sequence[Path], size: int, store_mask: Callable[[int, np.ndarray], None]
 ) -> Iterator[np.ndarray]:
-    for i, path in enumerate(files):
-        image, label = decode(spec, path, size)
-        store_mask(i, label)
-        yield image
+    """The images of ``files`` in order (decoded by a few threads); each label map goes to
+    ``store_mask(row, label)``."""
+    workers = max(1, min(8, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        decoded = pool.map(lambda path: decode(spec, path, size), files)
+        for i, (image, label) in enumerate(decoded):
+            store_mask(i, label)
+            yield image
 
 
 def _site_arrays(
@@ -247,7 +252,10 @@ def _site_arrays(
             folder.mkdir(parents=True, exist_ok=True)
             images = _decode_all(spec, files, size, keep)
             image_cache.write_cache(data, sidecar, image_shape, images, description)
-            image_cache.write_cache(mask_data, mask_sidecar, mask_shape, iter(masks), description)
+            mask_description = {**description, "domain": f"{site} masks"}
+            image_cache.write_cache(
+                mask_data, mask_sidecar, mask_shape, iter(masks), mask_description
+            )
             pixels = np.load(data, mmap_mode="c", allow_pickle=False)
             mapped = np.load(mask_data, mmap_mode="c", allow_pickle=False)
             return torch.from_numpy(pixels), torch.from_numpy(mapped), str(data)
