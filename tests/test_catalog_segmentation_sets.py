@@ -138,6 +138,19 @@ def test_resize_keeps_masks_nearest_and_prostate_is_min_max_scaled(tmp_path):
     assert set(torch.unique(mask).tolist()) == {0, 1}
 
 
+def test_cup_outside_the_disc_counts_as_disc_with_a_warning_and_sites_can_be_chosen(tmp_path):
+    root = _fundus_tree(tmp_path / "fundus")
+    odd = _fundus_array(0)
+    odd[0, 0, 4] = 1  # a cup pixel in the corner, outside the disc
+    np.save(root / "client2" / "data_npy" / "sample1.npy", odd)
+    with pytest.warns(RuntimeWarning, match="1 cup pixels lie outside the disc mask"):
+        ds = load_dataset("fundus:client1,client2", data_root=root, image_size=SIDE)
+    assert ds.domain_names == ["client1", "client2"]
+    assert ds.meta["mask_channels"] == ["disc", "cup"]
+    masks = ds.domain("client2").test.mask
+    assert sorted(masks[:, 0, 0].tolist()) == [0, 0, 0, 2]
+
+
 def _expect_one_line(name: str, root: Path, match: str, capsys, *, load: bool = False) -> None:
     with pytest.raises(DatasetError, match=match) as info:
         if load:
