@@ -87,6 +87,7 @@ def test_catalog_lists_both_sets_with_their_layout(capsys):
 
 def test_check_counts_splits_and_official_count_warnings(tmp_path, capsys):
     root = _fundus_tree(tmp_path / "fundus")
+    (root / "client1" / "data_npy" / "._sample0.npy").write_bytes(b"macOS metadata")  # ignored
     counts, warnings = check_dataset("fundus", root)
     assert counts["client1"] == {"train": 2, "val": 1, "test": 3}
     assert counts["client4"] == {"train": 5, "val": 1, "test": 6}

@@ -42,7 +42,8 @@ from fedshift.data import image_cache
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.lists import holdout
 
-#: the release's image side (``volume_size = [384, 384, 3]`` in ``train_ELCFS.py``)
+#: the release's image side (``volume_size``: ``[384, 384, 3]`` in ``train_ELCFS.py``,
+#: ``[384, 384, 1]`` in ``test_ELCFS.py``)
 RESOLUTION = 384
 #: the share of each site's files held out as val (the catalog's DomainBed fraction)
 VAL_FRACTION = 0.2
@@ -89,7 +90,8 @@ METRIC = "Dice per mask channel (sigmoid > 0.5), averaged over images, then over
 
 
 def site_files(spec: ElcfsSet, root: Path) -> dict[str, list[Path]]:
-    """Site -> its ``.npy`` files, sorted by name; a missing site or an empty one raises."""
+    """Site -> its ``.npy`` files, sorted by name (hidden files such as macOS's ``._*`` left
+    out); a missing site or an empty one raises."""
     if not root.is_dir():
         raise DatasetError(f"dataset root {root} does not exist (expected {spec.layout})")
     out = {}
@@ -100,7 +102,11 @@ def site_files(spec: ElcfsSet, root: Path) -> dict[str, list[Path]]:
             folder = nested
         if not folder.is_dir():
             raise DatasetError(f"missing site folder {folder} (expected {spec.layout})")
-        files = sorted(p for p in folder.iterdir() if p.suffix == ".npy" and p.is_file())
+        files = sorted(
+            p
+            for p in folder.iterdir()
+            if p.suffix == ".npy" and not p.name.startswith(".") and p.is_file()
+        )
         if not files:
             raise DatasetError(f"site folder {folder} has no .npy file (expected {spec.layout})")
         out[site] = files
