@@ -12,10 +12,17 @@ import pytest
 import torch
 
 from fedshift.cli import main
+from fedshift.core.split import Split
 from fedshift.data import DatasetError, load_dataset
 from fedshift.data.catalog import CATALOG, check_dataset
 from fedshift.data.elcfs_sets import FUNDUS, PROSTATE
-from fedshift.eval.segmentation import channel_targets, segmentation_loss
+from fedshift.eval.segmentation import (
+    channel_targets,
+    dice,
+    dice_per_channel,
+    segmentation_loss,
+    soft_dice_loss,
+)
 
 SIDE = 24
 FUNDUS_FILES = {"client1": 3, "client2": 4, "client3": 5, "client4": 6}
@@ -68,6 +75,30 @@ def _prostate_tree(root: Path) -> Path:
             array[..., 1] = _radius() < 6
             np.save(folder / f"Case00_slice{i}.npy", array)
     return root
+
+
+def test_nested_channels_exact_dice_and_single_channel_unchanged():
+    mask = torch.tensor([[[1, 2], [0, 0]], [[1, 1], [0, 0]]], dtype=torch.uint8)
+    split = Split(x=torch.zeros(2, 3, 2, 2, dtype=torch.uint8), y=torch.zeros(2).long(), mask=mask)
+    # channel 0 (disc) predicted on the top row of both images, channel 1 (cup) nowhere but
+    # pixel (0, 0) of image 0: disc Dice 1 and 1; cup Dice 0 (image 0) and 1 (both empty)
+    logits = torch.full((2, 2, 2, 2), -5.0)
+    logits[:, 0, 0, :] = 5.0
+    logits[0, 1, 0, 0] = 5.0
+    per_channel = dice_per_channel(IgnoredModel(), split, torch.device("cpu"), lambda m, x: logits)
+    assert per_channel == [1.0, 0.5]
+    assert dice(IgnoredModel(), split, torch.device("cpu"), lambda m, x: logits) == 0.75
+    single = torch.tensor([[[[0.0, 1.0], [1.0, 0.0]]]])
+    assert torch.equal(channel_targets(single, 1), single)  # {0, 1} masks: the mask itself
+    probs = torch.tensor([[[[0.2, 0.9], [0.6, 0.1]]]])
+    assert torch.equal(
+        segmentation_loss(torch.logit(probs), single),
+        soft_dice_loss(torch.sigmoid(torch.logit(probs)), single),
+    )
+
+
+class IgnoredModel(torch.nn.Module):
+    """A stand-in for the model: the tests' predict functions return fixed logits."""
 
 
 def test_catalog_lists_both_sets_with_their_layout(capsys):
