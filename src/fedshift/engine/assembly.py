@@ -79,6 +79,7 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None =
 
 
 def segmentation_only(name: str) -> str:
+    """The error for a segmentation-only dataset (fundus, prostate) run as classification."""
     return (
         f"dataset {name!r} has segmentation masks, no classes: run it with "
         "--set problem=segmentation --model unet"
