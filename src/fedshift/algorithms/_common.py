@@ -17,7 +17,7 @@ from fedshift.core.record import Record
 from fedshift.core.robust import Aggregator
 from fedshift.core.seeding import torch_generator
 from fedshift.core.state import ServerState
-from fedshift.eval.segmentation import mask_batches, soft_dice_loss
+from fedshift.eval.segmentation import mask_batches, segmentation_loss
 
 Penalty = Callable[[torch.nn.Module], torch.Tensor]
 #: one batch's loss: ``(x, y) -> loss`` or ``(x, y) -> (loss, {name: term})``; the named
@@ -139,7 +139,7 @@ def train_segmentation(
     model.to(ctx.device).train()
 
     def step_loss(x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return with_penalty(soft_dice_loss(torch.sigmoid(model(x)), target), model, penalty)
+        return with_penalty(segmentation_loss(model(x), target), model, penalty)
 
     sums, seen = fit(
         make_optimizer(model.parameters(), cfg),

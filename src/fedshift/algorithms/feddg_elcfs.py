@@ -24,7 +24,12 @@ from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.state import ServerState
-from fedshift.eval.segmentation import boundary_regions, mask_batches, soft_dice_loss
+from fedshift.eval.segmentation import (
+    boundary_regions,
+    channel_targets,
+    mask_batches,
+    segmentation_loss,
+)
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,8 @@ class FedDGELCFS(Algorithm):
     Tasks. *Segmentation* (the paper): L = soft Dice; L_con is the boundary-oriented
     contrastive loss: per image, the decoder embedding averaged over the mask contour and
     over the background ring around it, from the original image under θ and the transformed
-    images under θ'; NT-Xent (τ = 0.05) with contour vs background as the two labels.
+    images under θ'; NT-Xent (τ = 0.05) with contour vs background as the two labels, one
+    such term per mask channel, summed (fundus: disc + cup, as the official code).
     *Classification* (fedshift's choice, no paper version): L = cross-entropy; L_con is
     NT-Xent over the feature vectors f(x; θ) and f(x'; θ') with the class as label, so an
     image and its frequency-space variants (and other images of its class) are pulled
@@ -256,15 +262,26 @@ class FedDGELCFS(Algorithm):
 
     def task_loss(self, outputs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if self.run.problem == "segmentation":
-            return soft_dice_loss(torch.sigmoid(outputs), target)
+            return segmentation_loss(outputs, target)
         return F.cross_entropy(outputs, target)
 
-    def contrastive(self, feats, feats_t, target, copies: int) -> torch.Tensor:
-        """The boundary (segmentation) or class (classification) contrastive term."""
+    def contrastive(self, feats, feats_t, target, copies: int, channels: int) -> torch.Tensor:
+        """The boundary (segmentation) or class (classification) contrastive term; for
+        several mask channels the sum of each channel's boundary term (the official code's
+        ``disc_cont_loss + cup_cont_loss``)."""
         tau = self.hp.temperature
         if self.run.problem != "segmentation":
             labels = target.repeat(copies + 1)
             return ntxent_loss(torch.cat([feats, feats_t]), labels, tau)
+        targets = channel_targets(target, channels)
+        total = self.boundary_contrastive(feats, feats_t, targets[:, :1], copies)
+        for c in range(1, channels):
+            total = total + self.boundary_contrastive(feats, feats_t, targets[:, c : c + 1], copies)
+        return total
+
+    def boundary_contrastive(self, feats, feats_t, target, copies: int) -> torch.Tensor:
+        """NT-Xent of contour vs background-ring embeddings of one binary mask channel."""
+        tau = self.hp.temperature
         contour, ring = boundary_regions(target, self.hp.background_ring)
         keep = (contour.sum((1, 2, 3)) > 0) & (ring.sum((1, 2, 3)) > 0)
         contour, ring = contour.repeat(copies + 1, 1, 1, 1), ring.repeat(copies + 1, 1, 1, 1)
@@ -309,7 +326,7 @@ class FedDGELCFS(Algorithm):
             feats_t, outputs_t = split_forward(model, fast, x_t)
             target_t = target.repeat(copies, *([1] * (target.dim() - 1)))
             loss_meta = self.task_loss(outputs_t, target_t) + self.hp.boundary_weight * (
-                self.contrastive(feats, feats_t, target, copies)
+                self.contrastive(feats, feats_t, target, copies, outputs_t.shape[1])
             )
             return loss_inner + loss_meta, {"meta_loss": loss_meta}
 

@@ -35,7 +35,9 @@ def _as_index(idx) -> torch.Tensor:
 class Split:
     """One split of a domain: images ``x`` (uint8, N×C×H×W), labels ``y`` (int64, N).
 
-    ``mask`` is an optional per-pixel foreground mask (uint8, N×H×W, values in {0, 1}).
+    ``mask`` is an optional per-pixel label map (uint8, N×H×W) of nested regions: a
+    segmentation model's channel c predicts ``mask > c`` (digits-dg, prostate: {0, 1}, the
+    foreground; fundus: 0 background, 1 optic disc without cup, 2 cup).
     """
 
     x: torch.Tensor

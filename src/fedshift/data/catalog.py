@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedshift.data import pacs
+from fedshift.data import elcfs_sets, pacs
 from fedshift.data.domains import DatasetError
 
 _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
@@ -156,6 +156,21 @@ CATALOG: dict[str, CatalogEntry] = {
             32,
             {"cifar100": 60000},
         ),
+        *(
+            CatalogEntry(
+                spec.name,
+                f"{spec.name.capitalize()} multi-site segmentation set of FedDG-ELCFS "
+                "(Liu et al., CVPR 2021), official release layout; problem=segmentation, "
+                f"mask channels {'/'.join(spec.mask_channels)}, metric: {elcfs_sets.METRIC}",
+                spec.layout,
+                elcfs_sets.SPLIT,
+                spec.sites,
+                elcfs_sets.RESOLUTION,
+                dict(spec.official_counts),
+                classes=spec.mask_channels,
+            )
+            for spec in elcfs_sets.SETS.values()
+        ),
     )
 }
 
@@ -219,6 +234,8 @@ def check_dataset(
         pacs.check_images(entries)
         counts = {d: {s: len(v) for s, v in splits.items()} for d, splits in entries.items()}
         return counts, pacs.count_warnings(counts)
+    if name in elcfs_sets.SETS:
+        return elcfs_sets.check_elcfs(name, root)
     if name.startswith("cifar"):
         counts = _check_cifar(entry, root)
     else:

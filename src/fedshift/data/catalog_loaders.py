@@ -12,6 +12,8 @@ distribute them, with the split each entry of :mod:`fedshift.data.catalog` state
 * CIFAR-10 / CIFAR-100 (:mod:`fedshift.data.cifar`): the official train and test binary
   files, one domain named like the dataset; val is the seeded ``VAL_FRACTION`` holdout of
   the train file.
+* Fundus / Prostate (:mod:`fedshift.data.elcfs_sets`): FedDG-ELCFS's ``.npy`` release,
+  per-pixel masks; per site a seeded holdout of the files as train / val, test the site.
 * ``split_files=DIR``: the user's own ``<domain>_{train,val,test}.txt`` lists (``<relative
   path> <label>``, paths relative to the dataset's image root, 0-based labels in the
   dataset's class order); without a val list, val is the seeded holdout of the train list.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedshift.data import cifar, image_cache, pacs
+from fedshift.data import cifar, elcfs_sets, image_cache, pacs
 from fedshift.data.catalog import CATALOG, CatalogEntry
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.lists import (
@@ -45,7 +47,13 @@ DOMAINNET_DATASETS = ("domainnet", "domainnet10")
 #: catalog entries read from their binary record files
 CIFAR_DATASETS = tuple(cifar.LAYOUTS)
 #: every catalog entry :func:`load_catalog` can run
-RUNNABLE = (pacs.NAME, *FOLDER_DATASETS, *DOMAINNET_DATASETS, *CIFAR_DATASETS)
+RUNNABLE = (
+    pacs.NAME,
+    *FOLDER_DATASETS,
+    *DOMAINNET_DATASETS,
+    *CIFAR_DATASETS,
+    *elcfs_sets.SETS,
+)
 USER_LIST = "{domain}_{split}.txt"
 
 
@@ -203,6 +211,19 @@ def load_catalog(
             holdout=lambda entries, s: holdout(entries, VAL_FRACTION, _seed(s, name)),
             val_fraction=VAL_FRACTION,
             meta=meta,
+        )
+    if name in elcfs_sets.SETS:
+        if split_files:
+            raise DatasetError(f"split_files does not apply to {name}: it is split per site")
+        return elcfs_sets.load_elcfs(
+            name,
+            root,
+            image_size=size,
+            site_seed=_seed,
+            seed=seed,
+            meta=meta,
+            cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
+            domains=domains,
         )
     classes = _classes(entry, root)
     if split_files:

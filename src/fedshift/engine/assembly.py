@@ -26,6 +26,7 @@ from fedshift.core.version import __version__
 from fedshift.data import load_dataset
 from fedshift.data.augment import Augment, build_augment, resolve_augment
 from fedshift.data.domains import DomainDataset
+from fedshift.data.elcfs_sets import SETS as SEGMENTATION_SETS
 from fedshift.engine.protocols import build_scenario
 from fedshift.engine.scenario import Scenario, server_images
 from fedshift.eval.segmentation import check_masks
@@ -53,8 +54,12 @@ def resolve_device(name: str) -> torch.device:
 def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None = None):
     """A function returning the same seeded initialization on every call.
 
-    ``options`` are extra model options (a ``hetero_models`` variant)."""
+    ``options`` are extra model options (a ``hetero_models`` variant). A segmentation
+    dataset with several mask channels (fundus: disc, cup) gets one output channel each."""
     image_size = cfg.image_size or dataset.image_size
+    channels = mask_channels(cfg, dataset)
+    if len(channels) > 1:
+        options = {"out_channels": len(channels), **(options or {})}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(cfg.seed, "model-init"))
         try:
@@ -71,6 +76,22 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None =
             raise ConfigError(str(exc)) from None
 
     return ModelBuilder(template)
+
+
+def segmentation_only(name: str) -> str:
+    """The error for a segmentation-only dataset (fundus, prostate) run as classification."""
+    return (
+        f"dataset {name!r} has segmentation masks, no classes: run it with "
+        "--set problem=segmentation --model unet"
+    )
+
+
+def mask_channels(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
+    """The names of the dataset's mask channels in a segmentation run (one unnamed channel
+    where the dataset names none), else empty."""
+    if cfg.problem != "segmentation":
+        return []
+    return list(dataset.meta.get("mask_channels", ["foreground"]))
 
 
 class ModelBuilder:
@@ -295,6 +316,8 @@ def prepare(
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     if dataset is None:
+        if cfg.problem != "segmentation" and cfg.dataset.split(":")[0] in SEGMENTATION_SETS:
+            raise ConfigError(segmentation_only(cfg.dataset.split(":")[0]))
         try:
             dataset = load_dataset(
                 cfg.dataset,
@@ -306,6 +329,8 @@ def prepare(
             )
         except DatasetError as exc:
             raise ConfigError(str(exc)) from None
+    if dataset.meta.get("problem") == "segmentation" and cfg.problem != "segmentation":
+        raise ConfigError(segmentation_only(dataset.name))
     algo_cls = REGISTRY[cfg.algorithm]
     scenario = build_scenario(cfg, dataset, pooled=algo_cls.pooled)
     if cfg.problem == "segmentation":

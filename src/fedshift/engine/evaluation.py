@@ -9,10 +9,10 @@ from typing import Any
 
 from fedshift.core.context import ClientContext
 from fedshift.core.state import ServerState
-from fedshift.engine.assembly import Experiment, personal_model
+from fedshift.engine.assembly import Experiment, mask_channels, personal_model
 from fedshift.engine.protocol_personalized import global_model_on_clients
 from fedshift.eval.metrics import accuracy, mean_or_nan, sample_std
-from fedshift.eval.segmentation import dice
+from fedshift.eval.segmentation import dice, dice_per_channel
 
 #: per-client scores of a personal model: own val/test shares, every domain's test split
 ClientScores = dict[str, float]
@@ -90,6 +90,7 @@ def evaluate(
     algo, device = exp.algorithm, exp.device
     domain_names = exp.dataset.domain_names
     score = scorer(exp)  # Dice: segmentation
+    channels: dict[str, dict[str, float]] = {}
     if algo.personal:
         scores = [s for _, s in sorted(score_clients(True).items())]
         if not scores:
@@ -105,9 +106,14 @@ def evaluate(
         model = algo.global_model(state)
         if model is None:
             return {}
-        per_domain = {
-            d: score(model, exp.dataset.domain(d).test, device, algo.predict) for d in domain_names
-        }
+        channels = channel_dice(exp, model)  # several mask channels (fundus) only
+        if channels:
+            per_domain = {d: sum(c.values()) / len(c) for d, c in channels.items()}
+        else:
+            per_domain = {
+                d: score(model, exp.dataset.domain(d).test, device, algo.predict)
+                for d in domain_names
+            }
         sizes = [len(exp.dataset.domain(d).val) for d in exp.scenario.sources]
         accs = [
             score(model, exp.dataset.domain(d).val, device, algo.predict)
@@ -127,7 +133,29 @@ def evaluate(
     if exp.cfg.problem == "segmentation":
         out["target_dice"] = out["target_accuracy"]
         out["per_domain_dice"] = per_domain
+        if channels:
+            out["per_domain_channel_dice"] = channels
+            out["target_channel_dice"] = {
+                name: mean_or_nan([channels[t][name] for t in exp.scenario.targets])
+                for name in channels[domain_names[0]]
+            }
     return out
+
+
+def channel_dice(exp: Experiment, model) -> dict[str, dict[str, float]]:
+    """Domain -> mask channel -> Dice of ``model`` on the domain's test split, for a
+    segmentation dataset with several mask channels (fundus: disc, cup); else empty. The
+    mean over a domain's channels is its Dice."""
+    names = mask_channels(exp.cfg, exp.dataset)
+    if len(names) < 2:
+        return {}
+    algo, device = exp.algorithm, exp.device
+    batch = {"batch_size": exp.cfg.eval_batch_size} if exp.cfg.eval_batch_size > 0 else {}
+    per_domain = {}
+    for d in exp.dataset.domain_names:
+        scores = dice_per_channel(model, exp.dataset.domain(d).test, device, algo.predict, **batch)
+        per_domain[d] = dict(zip(names, scores, strict=True))
+    return per_domain
 
 
 def kept_personal_accuracy(score_clients: ScoreClients) -> dict[str, float]:

@@ -302,6 +302,9 @@ class Runner:
             summary["target_dice"] = chosen["target_accuracy"]
             summary["target_dice_last"] = last["target_accuracy"]
             summary["per_domain_dice"] = chosen["per_domain_accuracy"]
+            for key in ("target_channel_dice", "per_domain_channel_dice"):
+                if key in chosen:
+                    summary[key] = chosen[key]
         algo = self.exp.algorithm
         picked = None
         if algo.selection:

@@ -1,10 +1,15 @@
 """Segmentation: Dice loss and score, boundary regions, mask batches.
 
-With ``problem = "segmentation"`` a run predicts each image's per-pixel foreground mask
-(``Split.mask``, e.g. digits-dg's digit strokes) instead of its class. The loss is the soft
-Dice loss of the FedDG-ELCFS official code (``utils/losses.py``: per output channel
-``1 - (2·Σ p·t + s) / (Σ p + Σ t + s)`` over the whole batch, ``s = 1e-5``, p = sigmoid) and
-the metric is the hard Dice of the thresholded prediction, per image, averaged over images.
+With ``problem = "segmentation"`` a run predicts each image's per-pixel masks
+(``Split.mask``, e.g. digits-dg's digit strokes, fundus's optic disc and cup) instead of its
+class. ``Split.mask`` is a label map of nested regions: the model has one output channel per
+region and channel c's target is ``mask > c`` (one channel, masks in {0, 1}: the mask
+itself; fundus: channel 0 disc = labels {1, 2}, channel 1 cup = label {2}). The loss is the
+soft Dice loss of the FedDG-ELCFS official code (``utils/losses.py``: per output channel
+``1 - (2·Σ p·t + s) / (Σ p + Σ t + s)`` over the whole batch, ``s = 1e-5``, p = sigmoid,
+averaged over channels) and the metric is the hard Dice of the thresholded prediction per
+image and channel, averaged over images, then over channels (``utils/util.py``'s
+``_eval_dice`` per channel; its test reports each channel and their mean).
 """
 
 from __future__ import annotations
@@ -31,6 +36,17 @@ def soft_dice_loss(probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     intersect = (probs * target).sum(dims)
     total = probs.sum(dims) + target.sum(dims)
     return 1.0 - ((2.0 * intersect + DICE_SMOOTH) / (total + DICE_SMOOTH)).mean()
+
+
+def channel_targets(mask: torch.Tensor, channels: int) -> torch.Tensor:
+    """Per-channel binary targets ``(N, channels, H, W)`` float of label maps ``(N, 1, H, W)``:
+    channel c is ``mask > c``."""
+    return torch.cat([(mask > c) for c in range(channels)], dim=1).float()
+
+
+def segmentation_loss(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Soft Dice of ``sigmoid(logits)`` ``(N, C, H, W)`` against label maps ``(N, 1, H, W)``."""
+    return soft_dice_loss(torch.sigmoid(logits), channel_targets(mask, logits.shape[1]))
 
 
 def dice_per_image(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -77,7 +93,8 @@ def check_masks(splits: list[Split], what: str) -> None:
 def mask_batches(
     view: SplitView, batch_size: int, rng: torch.Generator | None, *, shuffle: bool = True
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """``(x, mask)`` batches: x normalized to [-1, 1], mask float ``(B, 1, H, W)`` in {0, 1}."""
+    """``(x, mask)`` batches: x normalized to [-1, 1], mask the label maps as float
+    ``(B, 1, H, W)`` (see :func:`channel_targets`)."""
     masks = view.mask
     if masks is None:
         raise DatasetError("task 'segmentation' needs per-pixel masks; this split has none")
@@ -90,6 +107,31 @@ def mask_batches(
 
 
 @torch.no_grad()
+def dice_per_channel(
+    model: torch.nn.Module,
+    split: Split,
+    device: torch.device,
+    predict: Predict,
+    batch_size: int = 500,
+) -> list[float]:
+    """Per output channel c, the mean per-image Dice of ``predict(model, x)[:, c] > 0``
+    (sigmoid > 0.5) against ``mask > c``."""
+    if len(split) == 0:
+        return [float("nan")]
+    check_masks([split], "this split")
+    model.to(device).eval()
+    scores: list[list[torch.Tensor]] = []
+    for start in range(0, len(split), batch_size):
+        x = to_input(split.x[start : start + batch_size], device)
+        target = split.mask[start : start + batch_size].to(device)
+        logits = predict(model, x)
+        if not scores:
+            scores = [[] for _ in range(logits.shape[1])]
+        for c, channel in enumerate(scores):
+            channel.append(dice_per_image(logits[:, c] > 0, target > c).cpu())
+    return [float(torch.cat(channel).mean()) for channel in scores]
+
+
 def dice(
     model: torch.nn.Module,
     split: Split,
@@ -97,15 +139,6 @@ def dice(
     predict: Predict,
     batch_size: int = 500,
 ) -> float:
-    """Mean per-image Dice of ``predict(model, x) > 0`` (sigmoid > 0.5) against the masks."""
-    if len(split) == 0:
-        return float("nan")
-    check_masks([split], "this split")
-    model.to(device).eval()
-    scores = []
-    for start in range(0, len(split), batch_size):
-        x = to_input(split.x[start : start + batch_size], device)
-        target = split.mask[start : start + batch_size].to(device)
-        logits = predict(model, x)
-        scores.append(dice_per_image(logits[:, 0] > 0, target > 0).cpu())
-    return float(torch.cat(scores).mean())
+    """The mean over output channels of :func:`dice_per_channel`."""
+    per_channel = dice_per_channel(model, split, device, predict, batch_size)
+    return sum(per_channel) / len(per_channel)
