@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedshift.data import pacs
+from fedshift.data import digit_five, pacs
 from fedshift.data.domains import DatasetError
 
 _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
@@ -156,6 +156,16 @@ CATALOG: dict[str, CatalogEntry] = {
             32,
             {"cifar100": 60000},
         ),
+        CatalogEntry(
+            digit_five.NAME,
+            "Digit-Five (MNIST, MNIST-M, SVHN, USPS, SynDigits; M3SDA, KD3A, FACT)",
+            digit_five.LAYOUT,
+            digit_five.SPLIT,
+            digit_five.DOMAINS,
+            digit_five.RESOLUTION,
+            {d: sum(s.values()) for d, s in digit_five.OFFICIAL.items()},
+            classes=digit_five.CLASSES,
+        ),
     )
 }
 
@@ -219,6 +229,8 @@ def check_dataset(
         pacs.check_images(entries)
         counts = {d: {s: len(v) for s, v in splits.items()} for d, splits in entries.items()}
         return counts, pacs.count_warnings(counts)
+    if name == digit_five.NAME:
+        return digit_five.check(root)
     if name.startswith("cifar"):
         counts = _check_cifar(entry, root)
     else:

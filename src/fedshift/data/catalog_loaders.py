@@ -12,6 +12,9 @@ distribute them, with the split each entry of :mod:`fedshift.data.catalog` state
 * CIFAR-10 / CIFAR-100 (:mod:`fedshift.data.cifar`): the official train and test binary
   files, one domain named like the dataset; val is the seeded ``VAL_FRACTION`` holdout of
   the train file.
+* Digit-Five (:mod:`fedshift.data.digit_five`): each domain's public files; KD3A/FACT's seeded
+  25,000 of the train file (val: its seeded ``VAL_FRACTION`` holdout), the first 9,000 of the
+  test file as test.
 * ``split_files=DIR``: the user's own ``<domain>_{train,val,test}.txt`` lists (``<relative
   path> <label>``, paths relative to the dataset's image root, 0-based labels in the
   dataset's class order); without a val list, val is the seeded holdout of the train list.
@@ -22,7 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedshift.data import cifar, image_cache, pacs
+from fedshift.data import cifar, digit_five, image_cache, pacs
 from fedshift.data.catalog import CATALOG, CatalogEntry
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.lists import (
@@ -45,7 +48,7 @@ DOMAINNET_DATASETS = ("domainnet", "domainnet10")
 #: catalog entries read from their binary record files
 CIFAR_DATASETS = tuple(cifar.LAYOUTS)
 #: every catalog entry :func:`load_catalog` can run
-RUNNABLE = (pacs.NAME, *FOLDER_DATASETS, *DOMAINNET_DATASETS, *CIFAR_DATASETS)
+RUNNABLE = (pacs.NAME, *FOLDER_DATASETS, *DOMAINNET_DATASETS, *CIFAR_DATASETS, digit_five.NAME)
 USER_LIST = "{domain}_{split}.txt"
 
 
@@ -192,9 +195,20 @@ def load_catalog(
         "split_seed": int(seed),
         "split_files": str(split_files),
     }
+    if split_files and (name in CIFAR_DATASETS or name == digit_five.NAME):
+        raise DatasetError(f"split_files does not apply to {name}: it has official files")
+    if name == digit_five.NAME:
+        return digit_five.load_digit_five(
+            root,
+            image_size=size,
+            seed=seed,
+            holdout=lambda entries, domain: holdout(entries, VAL_FRACTION, _seed(seed, domain)),
+            val_fraction=VAL_FRACTION,
+            meta=meta,
+            domains=domains,
+            cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
+        )
     if name in CIFAR_DATASETS:
-        if split_files:
-            raise DatasetError(f"split_files does not apply to {name}: it has official files")
         return cifar.load_cifar(
             name,
             root,

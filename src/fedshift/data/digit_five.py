@@ -1,0 +1,495 @@
+"""Digit-Five (MNIST, MNIST-M, SVHN, USPS, SynDigits) read from the files each domain's public
+copy ships, with the KD3A / FACT protocol: a seeded 25,000 of each train file, the first 9,000
+of each test file (USPS: all of both).
+
+Layout under ROOT (nothing is unpickled; ``.mat`` files are MATLAB v5, read by scipy):
+
+* ``mnist/``: the MNIST idx files ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+  ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (each may be ``.gz``); 28x28 gray.
+* ``mnistm/``: Ganin's MNIST-M release, ``mnist_m_train/`` + ``mnist_m_train_labels.txt`` and
+  ``mnist_m_test/`` + ``mnist_m_test_labels.txt`` (lines ``<file> <label>``), optionally
+  inside ``mnistm/mnist_m/``; 28x28 RGB PNGs, decoded through the catalog's image cache.
+* ``svhn/``: SVHN format 2, ``train_32x32.mat`` / ``test_32x32.mat`` (``X`` 32x32x3xN uint8,
+  ``y`` Nx1 with 10 meaning digit 0).
+* ``usps/``: the LIBSVM copy ``usps.bz2`` / ``usps.t.bz2`` (or decompressed ``usps`` /
+  ``usps.t``): ``<label> <index>:<value> ...`` with 256 values in [-1, 1] (16x16 gray) and
+  labels 1..10 meaning digits 0..9 (torchvision's USPS reads the same files).
+* ``syn/``: SynDigits as ``synth_train_32x32.mat`` / ``synth_test_32x32.mat`` (SVHN's ``X``
+  / ``y`` layout), or M3SDA's ``syn_number.mat`` (``train_data`` / ``test_data`` Nx32x32x3,
+  ``train_label`` / ``test_label``); a label 10 means digit 0.
+
+Every image becomes 32x32 RGB (gray copied to three channels, resized bilinear with
+antialiasing where the source is 28 or 16 px). Labels are the digits 0..9.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import warnings
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedshift.data.cifar import resize_uint8
+from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.lists import decode_dataset
+
+NAME = "digit-five"
+DOMAINS = ("mnist", "mnistm", "svhn", "usps", "syn")
+CLASSES = tuple(str(d) for d in range(10))
+RESOLUTION = 32
+#: KD3A / FACT: each domain's train file is sampled down to this many images ...
+TRAIN_CAP = 25_000
+#: ... and its test split is the first this many images of the test file
+TEST_CAP = 9_000
+#: the full files of the public copies (train, test)
+OFFICIAL = {
+    "mnist": {"train": 60_000, "test": 10_000},
+    "mnistm": {"train": 59_001, "test": 9_001},
+    "svhn": {"train": 73_257, "test": 26_032},
+    "usps": {"train": 7_291, "test": 2_007},
+    "syn": {"train": 25_000, "test": 9_000},
+}
+#: what each domain's folder under ROOT holds
+LAYOUTS = {
+    "mnist": "ROOT/mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]",
+    "mnistm": "ROOT/mnistm/mnist_m_{train,test}/ + mnist_m_{train,test}_labels.txt",
+    "svhn": "ROOT/svhn/{train,test}_32x32.mat",
+    "usps": "ROOT/usps/usps.bz2, usps.t.bz2 (LIBSVM; or decompressed)",
+    "syn": "ROOT/syn/synth_{train,test}_32x32.mat or syn_number.mat",
+}
+LAYOUT = "; ".join(LAYOUTS.values())
+SPLIT = (
+    f"KD3A/FACT: a seeded {TRAIN_CAP:,} of each train file (split_seed; USPS: all), of which a "
+    f"seeded stratified 0.2 is val; test: the first {TEST_CAP:,} of the test file (USPS: all)"
+)
+
+_IDX_MAGIC = {"images": 2051, "labels": 2049}
+_MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+_SVHN_FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
+_SYN_FILES = {"train": "synth_train_32x32.mat", "test": "synth_test_32x32.mat"}
+_SYN_NUMBER = "syn_number.mat"
+_USPS_FILES = {"train": "usps", "test": "usps.t"}
+_USPS_SIDE = 16
+
+Arrays = tuple[np.ndarray, np.ndarray]  # (uint8 N x C x H x W, int64 labels)
+
+
+# -- MNIST: idx files ----------------------------------------------------------------------
+
+
+def _idx_path(folder: Path, name: str) -> Path:
+    for candidate in (folder / name, folder / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise DatasetError(f"missing file {folder / name} (or .gz; expected {LAYOUTS['mnist']})")
+
+
+def _idx_read(path: Path, kind: str, header_only: bool) -> tuple[tuple[int, ...], bytes]:
+    """(dimensions, payload) of an idx file; the payload is empty when ``header_only``."""
+    dims = 3 if kind == "images" else 1
+    head_size = 4 + 4 * dims
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as handle:
+            head = handle.read(head_size)
+            payload = b"" if header_only else handle.read()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DatasetError(f"unreadable idx file {path}: {exc}") from None
+    if len(head) < head_size:
+        raise DatasetError(f"{path} is {len(head)} bytes, shorter than an idx header")
+    magic, *shape = np.frombuffer(head, dtype=">u4").tolist()
+    if magic != _IDX_MAGIC[kind]:
+        raise DatasetError(
+            f"{path} has magic number {magic}, expected {_IDX_MAGIC[kind]} (idx {kind} file)"
+        )
+    return tuple(shape), payload
+
+
+def _mnist_counts(folder: Path) -> dict[str, int]:
+    counts = {}
+    for split, (images, labels) in _MNIST_FILES.items():
+        image_path, label_path = _idx_path(folder, images), _idx_path(folder, labels)
+        (count, rows, cols), _ = _idx_read(image_path, "images", True)
+        (label_count,), label_bytes = _idx_read(label_path, "labels", False)
+        if label_count != count or len(label_bytes) != count:
+            raise DatasetError(f"{image_path} has {count} images but {label_path} {label_count}")
+        if image_path.suffix != ".gz" and image_path.stat().st_size != 16 + count * rows * cols:
+            raise DatasetError(f"{image_path} is truncated ({count} images of {rows}x{cols})")
+        _digits(np.frombuffer(label_bytes, dtype=np.uint8), label_path, 0)
+        counts[split] = count
+    return counts
+
+
+def _mnist_split(folder: Path, split: str) -> Arrays:
+    images, labels = _MNIST_FILES[split]
+    image_path, label_path = _idx_path(folder, images), _idx_path(folder, labels)
+    (count, rows, cols), pixels = _idx_read(image_path, "images", False)
+    (label_count,), label_bytes = _idx_read(label_path, "labels", False)
+    if len(pixels) != count * rows * cols or len(label_bytes) != label_count:
+        raise DatasetError(f"{image_path} or {label_path} is truncated")
+    if label_count != count:
+        raise DatasetError(f"{image_path} has {count} images but {label_path} {label_count}")
+    x = np.frombuffer(pixels, dtype=np.uint8).reshape(count, 1, rows, cols)
+    return x, _digits(np.frombuffer(label_bytes, dtype=np.uint8), label_path, 0)
+
+
+# -- MNIST-M: PNG folders and label lists ----------------------------------------------------
+
+
+def _mnistm_folder(root: Path) -> Path:
+    folder = root / "mnistm"
+    nested = folder / "mnist_m"
+    return nested if nested.is_dir() else folder
+
+
+def _mnistm_list(folder: Path, split: str) -> list[tuple[Path, int]]:
+    images, listing = folder / f"mnist_m_{split}", folder / f"mnist_m_{split}_labels.txt"
+    for path, what in ((listing, "label list"), (images, "image folder")):
+        if not path.exists():
+            raise DatasetError(f"missing MNIST-M {what} {path} (expected {LAYOUTS['mnistm']})")
+    entries = []
+    with open(listing, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 2 or not parts[1].isdigit():
+                raise DatasetError(f"{listing.name} line {number}: expected '<file> <label>'")
+            if int(parts[1]) > 9:
+                raise DatasetError(f"{listing.name} line {number}: label {parts[1]} not in 0..9")
+            entries.append((images / parts[0], int(parts[1])))
+    return entries
+
+
+# -- SVHN and SynDigits: MATLAB v5 files -----------------------------------------------------
+
+
+def _mat_variables(path: Path) -> dict[str, tuple[int, ...]]:
+    """Variable -> shape of a MATLAB v5 file, read from its headers only."""
+    from scipy.io import whosmat
+    from scipy.io.matlab import MatReadError
+
+    if not path.is_file():
+        expected = LAYOUTS[path.parent.name] if path.parent.name in LAYOUTS else LAYOUT
+        raise DatasetError(f"missing file {path} (expected {expected})")
+    try:
+        return {name: tuple(shape) for name, shape, _ in whosmat(str(path))}
+    except (MatReadError, ValueError, NotImplementedError, OSError, TypeError) as exc:
+        raise DatasetError(f"unreadable .mat file {path} (MATLAB v5 expected): {exc}") from None
+
+
+def _mat_load(path: Path, names: Sequence[str]) -> dict[str, np.ndarray]:
+    from scipy.io import loadmat
+    from scipy.io.matlab import MatReadError
+
+    try:
+        found = loadmat(str(path), variable_names=list(names))
+    except (MatReadError, ValueError, NotImplementedError, OSError, TypeError) as exc:
+        raise DatasetError(f"unreadable .mat file {path} (MATLAB v5 expected): {exc}") from None
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise DatasetError(f"{path} has no variable {missing[0]!r} (expected {', '.join(names)})")
+    return found
+
+
+def _syn_files(folder: Path) -> tuple[dict[str, Path], bool]:
+    """(split -> file, whether it is M3SDA's one-file syn_number.mat)."""
+    split_files = {s: folder / n for s, n in _SYN_FILES.items()}
+    if all(p.is_file() for p in split_files.values()) or not (folder / _SYN_NUMBER).is_file():
+        return split_files, False
+    return {s: folder / _SYN_NUMBER for s in _SYN_FILES}, True
+
+
+def _mat_layout(domain: str, folder: Path) -> dict[str, tuple[Path, str, str, bool]]:
+    """split -> (file, image variable, label variable, images first (N x H x W x C))."""
+    if domain == "svhn":
+        return {s: (folder / n, "X", "y", False) for s, n in _SVHN_FILES.items()}
+    files, number = _syn_files(folder)
+    if number:
+        return {s: (p, f"{s}_data", f"{s}_label", True) for s, p in files.items()}
+    return {s: (p, "X", "y", False) for s, p in files.items()}
+
+
+def _mat_count(path: Path, image_var: str, label_var: str, images_first: bool) -> int:
+    shapes = _mat_variables(path)
+    for name in (image_var, label_var):
+        if name not in shapes:
+            expected = f"{image_var}, {label_var}"
+            raise DatasetError(f"{path} has no variable {name!r} (expected {expected})")
+    shape = shapes[image_var]
+    if len(shape) != 4 or (shape[1:] if images_first else shape[:3]) != (32, 32, 3):
+        layout = "N x 32 x 32 x 3" if images_first else "32 x 32 x 3 x N"
+        raise DatasetError(f"{path}: {image_var} has shape {shape}, expected {layout}")
+    count = shape[0] if images_first else shape[3]
+    if int(np.prod(shapes[label_var])) != count:
+        raise DatasetError(f"{path}: {count} images but {label_var} has shape {shapes[label_var]}")
+    _digits(_mat_load(path, (label_var,))[label_var].reshape(-1), path, 10)
+    return count
+
+
+def _mat_split(path: Path, image_var: str, label_var: str, images_first: bool) -> Arrays:
+    _mat_count(path, image_var, label_var, images_first)
+    found = _mat_load(path, (image_var, label_var))
+    x = found[image_var]
+    x = x.transpose(0, 3, 1, 2) if images_first else x.transpose(3, 2, 0, 1)
+    if x.dtype != np.uint8:
+        x = np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    return x, _digits(found[label_var].reshape(-1), path, 10)
+
+
+# -- USPS: LIBSVM text -------------------------------------------------------------------
+
+
+def _usps_path(folder: Path, split: str) -> Path:
+    name = _USPS_FILES[split]
+    for candidate in (folder / f"{name}.bz2", folder / name):
+        if candidate.is_file():
+            return candidate
+    raise DatasetError(f"missing file {folder / name}.bz2 (expected {LAYOUTS['usps']})")
+
+
+def _usps_lines(path: Path) -> list[str]:
+    opener = bz2.open if path.suffix == ".bz2" else open
+    try:
+        with opener(path, "rt", encoding="ascii") as handle:
+            return [line for line in handle if line.strip()]
+    except (OSError, EOFError, ValueError) as exc:
+        raise DatasetError(f"unreadable USPS file {path}: {exc}") from None
+
+
+def _usps_count(folder: Path, split: str) -> int:
+    """Images of a USPS file, each line's label checked."""
+    path = _usps_path(folder, split)
+    lines = _usps_lines(path)
+    for row, line in enumerate(lines):
+        _usps_label(line.split(maxsplit=1)[0], path, row)
+    return len(lines)
+
+
+def _usps_label(text: str, path: Path, row: int) -> int:
+    """The digit of a LIBSVM label 1..10."""
+    if not text.isdigit() or not 1 <= int(text) <= 10:
+        raise DatasetError(f"{path.name} line {row + 1}: label {text} not in 1..10")
+    return int(text) - 1
+
+
+def _usps_split(folder: Path, split: str) -> Arrays:
+    path = _usps_path(folder, split)
+    lines = _usps_lines(path)
+    values = np.zeros((len(lines), _USPS_SIDE * _USPS_SIDE), dtype=np.float32)
+    labels = np.empty(len(lines), dtype=np.int64)
+    for row, line in enumerate(lines):
+        label, *pairs = line.split()
+        labels[row] = _usps_label(label, path, row)
+        try:
+            for pair in pairs:
+                index, value = pair.split(":")
+                values[row, int(index) - 1] = float(value)
+        except (ValueError, IndexError):
+            raise DatasetError(
+                f"{path.name} line {row + 1}: expected '<label 1..10> <index 1..256>:<value>'"
+            ) from None
+    pixels = np.clip(np.rint((values + 1.0) * 127.5), 0, 255).astype(np.uint8)
+    return pixels.reshape(-1, 1, _USPS_SIDE, _USPS_SIDE), labels
+
+
+# -- shared ----------------------------------------------------------------------------------
+
+
+def _digits(labels: np.ndarray, path: Path, zero_as: int) -> np.ndarray:
+    """Labels as digits 0..9; ``zero_as`` (10 for SVHN / SynDigits) also means 0."""
+    labels = labels.astype(np.int64)
+    if zero_as:
+        labels = np.where(labels == zero_as, 0, labels)
+    bad = labels[(labels < 0) | (labels > 9)]
+    if bad.size:
+        allowed = "0..10" if zero_as else "0..9"
+        raise DatasetError(f"{path} has label {int(bad[0])}; digits {allowed} expected")
+    return labels
+
+
+def file_counts(root: Path) -> dict[str, dict[str, int]]:
+    """Domain -> split -> images in the full train / test files, from the files' headers,
+    label variables and lists (every label checked, every listed MNIST-M image present);
+    a missing or malformed file raises DatasetError. Pixels are not read."""
+    root = Path(root)
+    counts = {"mnist": _mnist_counts(root / "mnist")}
+    mnistm = _mnistm_folder(root)
+    counts["mnistm"] = {}
+    for split in ("train", "test"):
+        entries = _mnistm_list(mnistm, split)
+        missing = next((p for p, _ in entries if not p.is_file()), None)
+        if missing is not None:
+            raise DatasetError(f"MNIST-M label list names a missing file {missing}")
+        counts["mnistm"][split] = len(entries)
+    for domain in ("svhn", "syn"):
+        layout = _mat_layout(domain, root / domain)
+        counts[domain] = {s: _mat_count(*args) for s, args in layout.items()}
+    counts["usps"] = {s: _usps_count(root / "usps", s) for s in _USPS_FILES}
+    return {d: counts[d] for d in DOMAINS}
+
+
+def count_warnings(counts: dict[str, dict[str, int]]) -> list[str]:
+    """One line per file whose image count differs from the official copy's."""
+    return [
+        f"{NAME}/{domain}: {split} file has {found} images, the official copy has "
+        f"{OFFICIAL[domain][split]}"
+        for domain, splits in counts.items()
+        for split, found in splits.items()
+        if found != OFFICIAL[domain][split]
+    ]
+
+
+def check(root: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """(per-domain train / test counts of the full files, count warnings)."""
+    counts = file_counts(root)
+    return counts, count_warnings(counts)
+
+
+def _sample(count: int, cap: int, seed: int, domain: str) -> np.ndarray:
+    """Sorted row numbers of a seeded ``cap`` of ``count`` rows (all when ``count <= cap``)."""
+    if count <= cap:
+        return np.arange(count)
+    rng = np.random.default_rng([int(seed) % 2**32, zlib.crc32(domain.encode())])
+    return np.sort(rng.choice(count, size=cap, replace=False))
+
+
+def _array_domain(
+    name: str,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    pool: np.ndarray,
+    holdout: Callable[[list, str], tuple[list, list]],
+    size: int,
+) -> Domain:
+    """A domain whose train and val are views of one array (train rows first)."""
+    kept, held = holdout([(int(i), int(y_train[i])) for i in pool], name)
+    order = np.asarray([i for i, _ in kept] + [i for i, _ in held], dtype=np.int64)
+    images = _rgb(x_train[order], size)
+    labels = torch.from_numpy(y_train[order])
+    cut = len(kept)
+    return Domain(
+        name=name,
+        train=Split(x=images[:cut], y=labels[:cut]),
+        val=Split(x=images[cut:], y=labels[cut:]),
+        test=Split(x=_rgb(x_test, size), y=torch.from_numpy(np.ascontiguousarray(y_test))),
+    )
+
+
+def _rgb(x: np.ndarray, size: int) -> torch.Tensor:
+    images = torch.from_numpy(np.require(x, requirements=["C", "W"]))
+    if images.shape[1] == 1:
+        images = images.expand(-1, 3, -1, -1).contiguous()
+    if images.shape[-1] != size or images.shape[-2] != size:
+        images = resize_uint8(images, size)
+    return images
+
+
+def _read_arrays(root: Path, domain: str) -> tuple[Arrays, Arrays]:
+    """(train, test) arrays of an array-backed domain."""
+    if domain == "mnist":
+        return _mnist_split(root / "mnist", "train"), _mnist_split(root / "mnist", "test")
+    if domain == "usps":
+        return _usps_split(root / "usps", "train"), _usps_split(root / "usps", "test")
+    layout = _mat_layout(domain, root / domain)
+    return _mat_split(*layout["train"]), _mat_split(*layout["test"])
+
+
+def load_digit_five(
+    root: Path,
+    *,
+    image_size: int,
+    seed: int,
+    holdout: Callable[[list, str], tuple[list, list]],
+    val_fraction: float,
+    meta: dict,
+    domains: Sequence[str] | None = None,
+    cache_folder: Path | None = None,
+    train_cap: int = TRAIN_CAP,
+    test_cap: int = TEST_CAP,
+) -> DomainDataset:
+    """Digit-Five from ``root`` (the layout of the module docstring) at ``image_size`` px.
+
+    Per domain, a seeded ``train_cap`` of the train file (``seed``, the domain's own stream)
+    is split by ``holdout(entries, domain)`` into train / val; the test split is the first
+    ``test_cap`` images of the test file. Every file is checked first (counts differing from
+    the official copy warn); only ``domains`` (default all) are read. MNIST-M's PNGs go
+    through the catalog image cache in ``cache_folder`` (None: decoded into memory); the
+    other domains are held in memory."""
+    root = Path(root)
+    counts = file_counts(root)
+    for line in count_warnings(counts):
+        warnings.warn(f"fedshift: {line}", RuntimeWarning, stacklevel=3)
+    wanted = [d for d in DOMAINS if domains is None or d in domains]
+    description = (
+        f"KD3A/FACT: a seeded {train_cap:,} of each train file (split_seed={seed}; all where "
+        f"smaller), val a stratified {val_fraction:g} of them; test: the first {test_cap:,} "
+        "of the test file"
+    )
+    out, image_cache, sample = {}, {}, {}
+    for domain in wanted:
+        pool = _sample(counts[domain]["train"], train_cap, seed, domain)
+        test_rows = min(counts[domain]["test"], test_cap)
+        sample[domain] = {
+            "train_file": counts[domain]["train"],
+            "train_used": len(pool),
+            "test_file": counts[domain]["test"],
+            "test_used": test_rows,
+        }
+        if domain == "mnistm":
+            folder = _mnistm_folder(root)
+            train_list = _mnistm_list(folder, "train")
+            kept, held = holdout([train_list[i] for i in pool], domain)
+            parts = {"train": kept, "val": held, "test": _mnistm_list(folder, "test")[:test_rows]}
+            decoded = decode_dataset(
+                NAME,
+                {domain: parts},
+                CLASSES,
+                image_size,
+                {**meta, "split": description},
+                cache_folder=cache_folder,
+            )
+            out[domain] = decoded.domains[domain]
+            image_cache[domain] = decoded.meta["image_cache"][domain]
+            continue
+        (x_train, y_train), (x_test, y_test) = _read_arrays(root, domain)
+        out[domain] = _array_domain(
+            domain,
+            x_train,
+            y_train,
+            x_test[:test_rows],
+            y_test[:test_rows],
+            pool,
+            holdout,
+            image_size,
+        )
+        image_cache[domain] = ""
+    return DomainDataset(
+        name=NAME,
+        domains=out,
+        classes=list(CLASSES),
+        channels=3,
+        image_size=int(image_size),
+        meta={
+            **meta,
+            "split": description,
+            "augment": "none",
+            "classes": list(CLASSES),
+            "counts": {
+                d: {"train": len(v.train), "val": len(v.val), "test": len(v.test)}
+                for d, v in out.items()
+            },
+            "sample": sample,
+            "image_cache": image_cache,
+        },
+    )
