@@ -262,6 +262,9 @@ def _break(root: Path, what: str) -> None:
         listing.write_text(listing.read_text().replace("00000003.png 3", "00000003.png 12"))
     elif what == "usps label 11":
         _write_usps(root / "usps" / "usps.t", _labels(TEST) + 1)
+    elif what == "usps bad value":
+        path = root / "usps" / "usps.t"
+        path.write_text(path.read_text() + "3 1:0.5 2:zero\n")
     elif what == "missing mnistm image":
         (root / "mnistm" / "mnist_m_test" / "00000002.png").unlink()
 
@@ -277,6 +280,7 @@ BROKEN = {
     "mnist label 10": r"t10k-labels-idx1-ubyte\.gz has label 10; digits 0\.\.9 expected",
     "mnistm label 12": r"mnist_m_train_labels\.txt line 4: label 12 not in 0\.\.9",
     "usps label 11": r"usps\.t line 10: label 11 not in 1\.\.10",
+    "usps bad value": r"usps\.t line 21: expected '<label 1\.\.10> <index 1\.\.256>:<value>",
     "missing mnistm image": r"names a missing file .*00000002\.png",
 }
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import os
 import warnings
 import zlib
 from collections.abc import Callable, Sequence
@@ -150,7 +151,8 @@ def _mnistm_folder(root: Path) -> Path:
     return nested if nested.is_dir() else folder
 
 
-def _mnistm_list(folder: Path, split: str) -> list[tuple[Path, int]]:
+def _mnistm_list(folder: Path, split: str) -> list[tuple[str, int]]:
+    """(file name, digit) per line of a split's label list; every file must exist."""
     images, listing = folder / f"mnist_m_{split}", folder / f"mnist_m_{split}_labels.txt"
     for path, what in ((listing, "label list"), (images, "image folder")):
         if not path.exists():
@@ -165,7 +167,11 @@ def _mnistm_list(folder: Path, split: str) -> list[tuple[Path, int]]:
                 raise DatasetError(f"{listing.name} line {number}: expected '<file> <label>'")
             if int(parts[1]) > 9:
                 raise DatasetError(f"{listing.name} line {number}: label {parts[1]} not in 0..9")
-            entries.append((images / parts[0], int(parts[1])))
+            entries.append((parts[0], int(parts[1])))
+    present = set(os.listdir(images))
+    missing = next((name for name, _ in entries if name not in present), None)
+    if missing is not None:
+        raise DatasetError(f"{listing.name} names a missing file {images / missing}")
     return entries
 
 
@@ -265,15 +271,6 @@ def _usps_lines(path: Path) -> list[str]:
         raise DatasetError(f"unreadable USPS file {path}: {exc}") from None
 
 
-def _usps_count(folder: Path, split: str) -> int:
-    """Images of a USPS file, each line's label checked."""
-    path = _usps_path(folder, split)
-    lines = _usps_lines(path)
-    for row, line in enumerate(lines):
-        _usps_label(line.split(maxsplit=1)[0], path, row)
-    return len(lines)
-
-
 def _usps_label(text: str, path: Path, row: int) -> int:
     """The digit of a LIBSVM label 1..10."""
     if not text.isdigit() or not 1 <= int(text) <= 10:
@@ -282,21 +279,25 @@ def _usps_label(text: str, path: Path, row: int) -> int:
 
 
 def _usps_split(folder: Path, split: str) -> Arrays:
+    """A USPS file's 16x16 gray images and digits; a malformed line raises DatasetError."""
     path = _usps_path(folder, split)
     lines = _usps_lines(path)
     values = np.zeros((len(lines), _USPS_SIDE * _USPS_SIDE), dtype=np.float32)
     labels = np.empty(len(lines), dtype=np.int64)
     for row, line in enumerate(lines):
-        label, *pairs = line.split()
+        label, *pairs = line.split(maxsplit=1)
         labels[row] = _usps_label(label, path, row)
         try:
-            for pair in pairs:
-                index, value = pair.split(":")
-                values[row, int(index) - 1] = float(value)
+            numbers = np.array(" ".join(pairs).replace(":", " ").split(), dtype=np.float64)
+            index = numbers[0::2].astype(np.int64) - 1
+            values[row, index] = numbers[1::2]
+            valid = len(numbers) % 2 == 0 and (index.size == 0 or index.min() >= 0)
         except (ValueError, IndexError):
+            valid = False
+        if not valid:
             raise DatasetError(
-                f"{path.name} line {row + 1}: expected '<label 1..10> <index 1..256>:<value>'"
-            ) from None
+                f"{path.name} line {row + 1}: expected '<label 1..10> <index 1..256>:<value> ...'"
+            )
     pixels = np.clip(np.rint((values + 1.0) * 127.5), 0, 255).astype(np.uint8)
     return pixels.reshape(-1, 1, _USPS_SIDE, _USPS_SIDE), labels
 
@@ -316,24 +317,22 @@ def _digits(labels: np.ndarray, path: Path, zero_as: int) -> np.ndarray:
     return labels
 
 
-def file_counts(root: Path) -> dict[str, dict[str, int]]:
+def file_counts(root: Path, read: dict[Path, list[str]] | None = None) -> dict[str, dict[str, int]]:
     """Domain -> split -> images in the full train / test files, from the files' headers,
     label variables and lists (every label checked, every listed MNIST-M image present);
-    a missing or malformed file raises DatasetError. Pixels are not read."""
+    a missing or malformed file raises DatasetError. Pixels are not read but USPS's (small,
+    compressed text: parsed whole to be checked), which ``read`` keeps for the loader."""
     root = Path(root)
     counts = {"mnist": _mnist_counts(root / "mnist")}
     mnistm = _mnistm_folder(root)
-    counts["mnistm"] = {}
-    for split in ("train", "test"):
-        entries = _mnistm_list(mnistm, split)
-        missing = next((p for p, _ in entries if not p.is_file()), None)
-        if missing is not None:
-            raise DatasetError(f"MNIST-M label list names a missing file {missing}")
-        counts["mnistm"][split] = len(entries)
+    counts["mnistm"] = {s: len(_mnistm_list(mnistm, s)) for s in ("train", "test")}
     for domain in ("svhn", "syn"):
         layout = _mat_layout(domain, root / domain)
         counts[domain] = {s: _mat_count(*args) for s, args in layout.items()}
-    counts["usps"] = {s: _usps_count(root / "usps", s) for s in _USPS_FILES}
+    read = {} if read is None else read
+    for split in _USPS_FILES:
+        read[f"usps/{split}"] = _usps_split(root / "usps", split)
+    counts["usps"] = {split: len(read[f"usps/{split}"][1]) for split in _USPS_FILES}
     return {d: counts[d] for d in DOMAINS}
 
 
@@ -395,12 +394,12 @@ def _rgb(x: np.ndarray, size: int) -> torch.Tensor:
     return images
 
 
-def _read_arrays(root: Path, domain: str) -> tuple[Arrays, Arrays]:
-    """(train, test) arrays of an array-backed domain."""
+def _read_arrays(root: Path, domain: str, read: dict[str, Arrays]) -> tuple[Arrays, Arrays]:
+    """(train, test) arrays of an array-backed domain (USPS's from ``read``)."""
     if domain == "mnist":
         return _mnist_split(root / "mnist", "train"), _mnist_split(root / "mnist", "test")
     if domain == "usps":
-        return _usps_split(root / "usps", "train"), _usps_split(root / "usps", "test")
+        return read.pop("usps/train"), read.pop("usps/test")
     layout = _mat_layout(domain, root / domain)
     return _mat_split(*layout["train"]), _mat_split(*layout["test"])
 
@@ -427,7 +426,8 @@ def load_digit_five(
     through the catalog image cache in ``cache_folder`` (None: decoded into memory); the
     other domains are held in memory."""
     root = Path(root)
-    counts = file_counts(root)
+    read: dict[str, Arrays] = {}
+    counts = file_counts(root, read)
     for line in count_warnings(counts):
         warnings.warn(f"fedshift: {line}", RuntimeWarning, stacklevel=3)
     wanted = [d for d in DOMAINS if domains is None or d in domains]
@@ -449,8 +449,11 @@ def load_digit_five(
         if domain == "mnistm":
             folder = _mnistm_folder(root)
             train_list = _mnistm_list(folder, "train")
-            kept, held = holdout([train_list[i] for i in pool], domain)
-            parts = {"train": kept, "val": held, "test": _mnistm_list(folder, "test")[:test_rows]}
+            chosen = [(folder / "mnist_m_train" / train_list[i][0], train_list[i][1]) for i in pool]
+            kept, held = holdout(chosen, domain)
+            test = _mnistm_list(folder, "test")[:test_rows]
+            test = [(folder / "mnist_m_test" / name, digit) for name, digit in test]
+            parts = {"train": kept, "val": held, "test": test}
             decoded = decode_dataset(
                 NAME,
                 {domain: parts},
@@ -462,7 +465,7 @@ def load_digit_five(
             out[domain] = decoded.domains[domain]
             image_cache[domain] = decoded.meta["image_cache"][domain]
             continue
-        (x_train, y_train), (x_test, y_test) = _read_arrays(root, domain)
+        (x_train, y_train), (x_test, y_test) = _read_arrays(root, domain, read)
         out[domain] = _array_domain(
             domain,
             x_train,
