@@ -27,7 +27,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import os
-import warnings
+import sys
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -421,15 +421,17 @@ def load_digit_five(
 
     Per domain, a seeded ``train_cap`` of the train file (``seed``, the domain's own stream)
     is split by ``holdout(entries, domain)`` into train / val; the test split is the first
-    ``test_cap`` images of the test file. Every file is checked first (counts differing from
-    the official copy warn); only ``domains`` (default all) are read. MNIST-M's PNGs go
-    through the catalog image cache in ``cache_folder`` (None: decoded into memory); the
-    other domains are held in memory."""
+    ``test_cap`` images of the test file. Every file is checked first; a count differing from
+    the official copy is one ``fedshift: warning:`` line on stderr (as ``datasets check``
+    prints it) and in ``meta["count_warnings"]``. Only ``domains`` (default all) are read.
+    MNIST-M's PNGs go through the catalog image cache in ``cache_folder`` (None: decoded
+    into memory); the other domains are held in memory."""
     root = Path(root)
     read: dict[str, Arrays] = {}
     counts = file_counts(root, read)
-    for line in count_warnings(counts):
-        warnings.warn(f"fedshift: {line}", RuntimeWarning, stacklevel=3)
+    notes = count_warnings(counts)
+    for line in notes:
+        print(f"fedshift: warning: {line}", file=sys.stderr, flush=True)
     wanted = [d for d in DOMAINS if domains is None or d in domains]
     description = (
         f"KD3A/FACT: a seeded {train_cap:,} of each train file (split_seed={seed}; all where "
@@ -493,6 +495,7 @@ def load_digit_five(
                 for d, v in out.items()
             },
             "sample": sample,
+            "count_warnings": notes,
             "image_cache": image_cache,
         },
     )
