@@ -160,6 +160,7 @@ def test_every_domain_splits_labels_and_official_test_file(tmp_path, capsys):
         "train_used": TRAIN,
         "test_file": TEST,
         "test_used": TEST,
+        "files": "folder",
     }
     assert ds.meta["image_cache"]["mnistm"].endswith(".npy")
     assert ds.meta["image_cache"]["svhn"] == ""
@@ -217,6 +218,74 @@ def test_syn_number_mat_and_plain_files(tmp_path):
         _check_labels_in_pixels(split, True)
     assert torch.equal(syn.test.y, torch.from_numpy(_labels(TEST, 3)))
     assert len(ds.domains["usps"].test) == TEST
+
+
+def _one_hot(labels: np.ndarray) -> np.ndarray:
+    return np.eye(10, dtype=np.uint8)[labels]
+
+
+def _bundle(root: Path) -> Path:
+    """M3SDA's Digit-Five .mat files (the ones KD3A and FACT read), all in ``root``."""
+    root.mkdir(parents=True)
+    train, test = _labels(TRAIN), _labels(TEST, 3)
+    gray = {
+        s: np.repeat(_red(y).astype(np.uint8), 32 * 32).reshape(-1, 32, 32)
+        for s, y in (("train", train), ("test", test))
+    }
+    savemat(
+        str(root / "mnist_data.mat"),
+        {
+            "train_32": gray["train"],
+            "test_32": gray["test"],
+            "label_train": _one_hot(train),
+            "label_test": _one_hot(test),
+        },
+    )
+    savemat(
+        str(root / "mnistm_with_label.mat"),
+        {
+            "train": _colour_images(train, 32),
+            "test": _colour_images(test, 32),
+            "label_train": _one_hot(train),
+            "label_test": _one_hot(test),
+        },
+    )
+    _write_svhn_style(root / "svhn_train_32x32.mat", train, True)
+    _write_svhn_style(root / "svhn_test_32x32.mat", test, True)
+    savemat(
+        str(root / "syn_number.mat"),
+        {
+            "train_data": _colour_images(train, 32),
+            "train_label": train.reshape(-1, 1),
+            "test_data": _colour_images(test, 32),
+            "test_label": test.reshape(-1, 1),
+        },
+    )
+    cell = np.empty((2, 2), dtype=object)
+    for row, labels in enumerate((train, test)):
+        cell[row, 0] = np.repeat(_red(labels) / 255.0, 28 * 28).reshape(-1, 1, 28, 28)
+        cell[row, 1] = labels.reshape(-1, 1).astype(np.float64)
+    savemat(str(root / "usps_28x28.mat"), {"dataset": cell})
+    return root
+
+
+def test_m3sda_bundle_of_mat_files(tmp_path, capsys):
+    root = _bundle(tmp_path / "DigitFive")
+    counts, warnings = check_dataset("digit-five", root)
+    assert counts == {d: {"train": TRAIN, "test": TEST} for d in d5.DOMAINS}
+    assert "digit-five/mnist: train file has 40 images, the official copy has 55000" in warnings
+    ds = load_dataset("digit-five", data_root=root)
+    assert {d: v["files"] for d, v in ds.meta["sample"].items()} == {
+        d: "bundle" for d in d5.DOMAINS
+    }
+    for name, domain in ds.domains.items():
+        for split in (domain.train, domain.val, domain.test):
+            _check_labels_in_pixels(split, name in ("mnistm", "svhn", "syn"))
+        assert torch.equal(domain.test.y, torch.from_numpy(_labels(TEST, 3)))
+    assert ds.meta["image_cache"]["mnistm"] == ""  # arrays, not PNGs
+    (root / "mnist_data.mat").unlink()
+    with pytest.raises(DatasetError, match=r"missing folder .*mnist .*or M3SDA's mnist_data\.mat"):
+        check_dataset("digit-five", root)
 
 
 def test_check_prints_counts_and_one_warning_line_per_file(tmp_path, capsys):

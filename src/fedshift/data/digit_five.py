@@ -79,6 +79,38 @@ _SYN_FILES = {"train": "synth_train_32x32.mat", "test": "synth_test_32x32.mat"}
 _SYN_NUMBER = "syn_number.mat"
 _USPS_FILES = {"train": "usps", "test": "usps.t"}
 _USPS_SIDE = 16
+_SPLITS = ("train", "test")
+#: M3SDA's Digit-Five bundle, the .mat files KD3A and FACT read, all directly in ROOT; each
+#: domain is read from them when its folder is absent
+_BUNDLE = {
+    "mnist": ("mnist_data.mat",),
+    "mnistm": ("mnistm_with_label.mat",),
+    "svhn": ("svhn_train_32x32.mat", "svhn_test_32x32.mat"),
+    "usps": ("usps_28x28.mat",),
+    "syn": (_SYN_NUMBER,),
+}
+#: the bundle's files hold MNIST's and MNIST-M's 55,000 training images (no validation 5,000)
+OFFICIAL_BUNDLE = {
+    **OFFICIAL,
+    "mnist": {"train": 55_000, "test": 10_000},
+    "mnistm": {"train": 55_000, "test": 10_000},
+}
+
+
+def _source(root: Path, domain: str) -> str:
+    """``folder`` (ROOT/<domain>/ in the public copy's format) or ``bundle`` (M3SDA's .mat
+    files in ROOT); neither is a DatasetError naming both."""
+    if (root / domain).is_dir():
+        return "folder"
+    if all((root / name).is_file() for name in _BUNDLE[domain]) or (
+        domain == "syn" and all((root / name).is_file() for name in _SYN_FILES.values())
+    ):
+        return "bundle"
+    raise DatasetError(
+        f"missing folder {root / domain} (expected {LAYOUTS[domain]}; or M3SDA's "
+        f"{' + '.join(_BUNDLE[domain])} in {root})"
+    )
+
 
 Arrays = tuple[np.ndarray, np.ndarray]  # (uint8 N x C x H x W, int64 labels)
 
@@ -214,41 +246,93 @@ def _syn_files(folder: Path) -> tuple[dict[str, Path], bool]:
     return {s: folder / _SYN_NUMBER for s in _SYN_FILES}, True
 
 
-def _mat_layout(domain: str, folder: Path) -> dict[str, tuple[Path, str, str, bool]]:
-    """split -> (file, image variable, label variable, images first (N x H x W x C))."""
+#: how a .mat file stores its images: SVHN's X (32 x 32 x 3 x N), N x 32 x 32 x 3, or gray
+#: N x 32 x 32 / N x 1024 (M3SDA's mnist_data.mat)
+_ORDERS = {"HWCN": "32 x 32 x 3 x N", "NHWC": "N x 32 x 32 x 3", "NGRAY": "N x 32 x 32"}
+
+
+def _mat_layout(domain: str, root: Path) -> dict[str, tuple[Path, str, str, str]]:
+    """split -> (file, image variable, label variable, image order) of a .mat domain."""
+    bundle = _source(root, domain) == "bundle"
     if domain == "svhn":
-        return {s: (folder / n, "X", "y", False) for s, n in _SVHN_FILES.items()}
-    files, number = _syn_files(folder)
+        names = {s: f"svhn_{n}" for s, n in _SVHN_FILES.items()} if bundle else _SVHN_FILES
+        folder = root if bundle else root / "svhn"
+        return {s: (folder / n, "X", "y", "HWCN") for s, n in names.items()}
+    if domain == "mnist":
+        return {s: (root / _BUNDLE["mnist"][0], f"{s}_32", f"label_{s}", "NGRAY") for s in _SPLITS}
+    if domain == "mnistm":
+        return {s: (root / _BUNDLE["mnistm"][0], s, f"label_{s}", "NHWC") for s in _SPLITS}
+    files, number = _syn_files(root if bundle else root / "syn")
     if number:
-        return {s: (p, f"{s}_data", f"{s}_label", True) for s, p in files.items()}
-    return {s: (p, "X", "y", False) for s, p in files.items()}
+        return {s: (p, f"{s}_data", f"{s}_label", "NHWC") for s, p in files.items()}
+    return {s: (p, "X", "y", "HWCN") for s, p in files.items()}
 
 
-def _mat_count(path: Path, image_var: str, label_var: str, images_first: bool) -> int:
+def _mat_labels(labels: np.ndarray, count: int, path: Path, name: str) -> np.ndarray:
+    """Digits from a label variable: one per image, or one-hot rows (M3SDA's files)."""
+    if labels.ndim == 2 and labels.shape == (count, 10) and count != 1:
+        if not np.array_equal(labels.sum(axis=1), np.ones(count)):
+            raise DatasetError(f"{path}: {name} is {count} x 10 but not one-hot")
+        return labels.argmax(axis=1).astype(np.int64)
+    if labels.size != count:
+        raise DatasetError(f"{path}: {count} images but {name} has shape {labels.shape}")
+    return _digits(labels.reshape(-1), path, 10)
+
+
+def _mat_count(path: Path, image_var: str, label_var: str, order: str) -> int:
     shapes = _mat_variables(path)
     for name in (image_var, label_var):
         if name not in shapes:
             expected = f"{image_var}, {label_var}"
             raise DatasetError(f"{path} has no variable {name!r} (expected {expected})")
     shape = shapes[image_var]
-    if len(shape) != 4 or (shape[1:] if images_first else shape[:3]) != (32, 32, 3):
-        layout = "N x 32 x 32 x 3" if images_first else "32 x 32 x 3 x N"
-        raise DatasetError(f"{path}: {image_var} has shape {shape}, expected {layout}")
-    count = shape[0] if images_first else shape[3]
-    if int(np.prod(shapes[label_var])) != count:
-        raise DatasetError(f"{path}: {count} images but {label_var} has shape {shapes[label_var]}")
-    _digits(_mat_load(path, (label_var,))[label_var].reshape(-1), path, 10)
+    count = shape[3] if order == "HWCN" and len(shape) == 4 else shape[0]
+    fits = {
+        "HWCN": len(shape) == 4 and shape[:3] == (32, 32, 3),
+        "NHWC": len(shape) == 4 and shape[1:] == (32, 32, 3),
+        "NGRAY": len(shape) >= 2 and int(np.prod(shape[1:])) == 32 * 32,
+    }[order]
+    if not fits:
+        raise DatasetError(f"{path}: {image_var} has shape {shape}, expected {_ORDERS[order]}")
+    _mat_labels(_mat_load(path, (label_var,))[label_var], count, path, label_var)
     return count
 
 
-def _mat_split(path: Path, image_var: str, label_var: str, images_first: bool) -> Arrays:
-    _mat_count(path, image_var, label_var, images_first)
+def _mat_split(path: Path, image_var: str, label_var: str, order: str) -> Arrays:
+    count = _mat_count(path, image_var, label_var, order)
     found = _mat_load(path, (image_var, label_var))
     x = found[image_var]
-    x = x.transpose(0, 3, 1, 2) if images_first else x.transpose(3, 2, 0, 1)
-    if x.dtype != np.uint8:
-        x = np.clip(np.rint(x), 0, 255).astype(np.uint8)
-    return x, _digits(found[label_var].reshape(-1), path, 10)
+    if order == "HWCN":
+        x = x.transpose(3, 2, 0, 1)
+    elif order == "NHWC":
+        x = x.transpose(0, 3, 1, 2)
+    else:
+        x = x.reshape(count, 1, 32, 32)
+    return _as_uint8(x), _mat_labels(found[label_var], count, path, label_var)
+
+
+def _as_uint8(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    if x.dtype == np.uint8 and scale == 1.0:
+        return x
+    return np.clip(np.rint(x * scale), 0, 255).astype(np.uint8)
+
+
+def _usps_mat(path: Path) -> dict[str, Arrays]:
+    """M3SDA's usps_28x28.mat: a 2 x 2 cell ``dataset`` of (images N x 1 x 28 x 28 in [0, 1],
+    labels) for train, then test."""
+    cell = _mat_load(path, ("dataset",))["dataset"]
+    if cell.dtype != object or cell.shape != (2, 2):
+        raise DatasetError(f"{path}: dataset is not a 2 x 2 cell of (images, labels)")
+    out = {}
+    for row, split in enumerate(_SPLITS):
+        images, labels = np.asarray(cell[row, 0]), np.asarray(cell[row, 1])
+        if images.ndim != 4 or images.shape[1:] != (1, 28, 28):
+            raise DatasetError(
+                f"{path}: {split} images have shape {images.shape}, expected N x 1 x 28 x 28"
+            )
+        digits = _mat_labels(labels, images.shape[0], path, f"{split} labels")
+        out[split] = (_as_uint8(images, 255.0 if images.max() <= 1.0 else 1.0), digits)
+    return out
 
 
 # -- USPS: LIBSVM text -------------------------------------------------------------------
@@ -317,40 +401,58 @@ def _digits(labels: np.ndarray, path: Path, zero_as: int) -> np.ndarray:
     return labels
 
 
-def file_counts(root: Path, read: dict[Path, list[str]] | None = None) -> dict[str, dict[str, int]]:
+def file_counts(root: Path, read: dict[str, Arrays] | None = None) -> dict[str, dict[str, int]]:
     """Domain -> split -> images in the full train / test files, from the files' headers,
     label variables and lists (every label checked, every listed MNIST-M image present);
-    a missing or malformed file raises DatasetError. Pixels are not read but USPS's (small,
-    compressed text: parsed whole to be checked), which ``read`` keeps for the loader."""
+    a missing or malformed file raises DatasetError. Pixels are not read but USPS's (small:
+    read whole to be checked), which ``read`` keeps for the loader."""
     root = Path(root)
-    counts = {"mnist": _mnist_counts(root / "mnist")}
-    mnistm = _mnistm_folder(root)
-    counts["mnistm"] = {s: len(_mnistm_list(mnistm, s)) for s in ("train", "test")}
-    for domain in ("svhn", "syn"):
-        layout = _mat_layout(domain, root / domain)
-        counts[domain] = {s: _mat_count(*args) for s, args in layout.items()}
     read = {} if read is None else read
-    for split in _USPS_FILES:
-        read[f"usps/{split}"] = _usps_split(root / "usps", split)
-    counts["usps"] = {split: len(read[f"usps/{split}"][1]) for split in _USPS_FILES}
-    return {d: counts[d] for d in DOMAINS}
+    counts = {}
+    for domain in DOMAINS:
+        source = _source(root, domain)
+        if domain == "mnist" and source == "folder":
+            counts[domain] = _mnist_counts(root / "mnist")
+        elif domain == "mnistm" and source == "folder":
+            folder = _mnistm_folder(root)
+            counts[domain] = {s: len(_mnistm_list(folder, s)) for s in _SPLITS}
+        elif domain == "usps":
+            if source == "bundle":
+                parsed = _usps_mat(root / _BUNDLE["usps"][0])
+            else:
+                parsed = {s: _usps_split(root / "usps", s) for s in _SPLITS}
+            read.update({f"usps/{s}": arrays for s, arrays in parsed.items()})
+            counts[domain] = {s: len(arrays[1]) for s, arrays in parsed.items()}
+        else:
+            layout = _mat_layout(domain, root)
+            counts[domain] = {s: _mat_count(*args) for s, args in layout.items()}
+    return counts
 
 
-def count_warnings(counts: dict[str, dict[str, int]]) -> list[str]:
-    """One line per file whose image count differs from the official copy's."""
-    return [
-        f"{NAME}/{domain}: {split} file has {found} images, the official copy has "
-        f"{OFFICIAL[domain][split]}"
-        for domain, splits in counts.items()
-        for split, found in splits.items()
-        if found != OFFICIAL[domain][split]
-    ]
+def sources(root: Path) -> dict[str, str]:
+    """Domain -> ``folder`` or ``bundle``: where each domain is read from."""
+    return {domain: _source(Path(root), domain) for domain in DOMAINS}
+
+
+def count_warnings(counts: dict[str, dict[str, int]], where: dict[str, str]) -> list[str]:
+    """One line per file whose image count differs from the official copy's (``where``:
+    each domain's source, as :func:`sources` gives it)."""
+    lines = []
+    for domain, splits in counts.items():
+        official = (OFFICIAL_BUNDLE if where[domain] == "bundle" else OFFICIAL)[domain]
+        lines += [
+            f"{NAME}/{domain}: {split} file has {found} images, the official copy has "
+            f"{official[split]}"
+            for split, found in splits.items()
+            if found != official[split]
+        ]
+    return lines
 
 
 def check(root: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
     """(per-domain train / test counts of the full files, count warnings)."""
     counts = file_counts(root)
-    return counts, count_warnings(counts)
+    return counts, count_warnings(counts, sources(root))
 
 
 def _sample(count: int, cap: int, seed: int, domain: str) -> np.ndarray:
@@ -396,11 +498,11 @@ def _rgb(x: np.ndarray, size: int) -> torch.Tensor:
 
 def _read_arrays(root: Path, domain: str, read: dict[str, Arrays]) -> tuple[Arrays, Arrays]:
     """(train, test) arrays of an array-backed domain (USPS's from ``read``)."""
-    if domain == "mnist":
-        return _mnist_split(root / "mnist", "train"), _mnist_split(root / "mnist", "test")
     if domain == "usps":
         return read.pop("usps/train"), read.pop("usps/test")
-    layout = _mat_layout(domain, root / domain)
+    if domain == "mnist" and _source(root, domain) == "folder":
+        return _mnist_split(root / "mnist", "train"), _mnist_split(root / "mnist", "test")
+    layout = _mat_layout(domain, root)
     return _mat_split(*layout["train"]), _mat_split(*layout["test"])
 
 
@@ -429,7 +531,8 @@ def load_digit_five(
     root = Path(root)
     read: dict[str, Arrays] = {}
     counts = file_counts(root, read)
-    notes = count_warnings(counts)
+    where = sources(root)
+    notes = count_warnings(counts, where)
     for line in notes:
         print(f"fedshift: warning: {line}", file=sys.stderr, flush=True)
     wanted = [d for d in DOMAINS if domains is None or d in domains]
@@ -447,8 +550,9 @@ def load_digit_five(
             "train_used": len(pool),
             "test_file": counts[domain]["test"],
             "test_used": test_rows,
+            "files": where[domain],
         }
-        if domain == "mnistm":
+        if domain == "mnistm" and where[domain] == "folder":
             folder = _mnistm_folder(root)
             train_list = _mnistm_list(folder, "train")
             chosen = [(folder / "mnist_m_train" / train_list[i][0], train_list[i][1]) for i in pool]
