@@ -18,6 +18,13 @@ Layout under ROOT (nothing is unpickled; ``.mat`` files are MATLAB v5, read by s
   / ``y`` layout), or M3SDA's ``syn_number.mat`` (``train_data`` / ``test_data`` Nx32x32x3,
   ``train_label`` / ``test_label``); a label 10 means digit 0.
 
+Where a domain's folder is absent, it is read from M3SDA's Digit-Five bundle, the ``.mat``
+files KD3A and FACT read, lying directly in ROOT: ``mnist_data.mat`` (``train_32`` /
+``test_32``, one-hot ``label_train`` / ``label_test``), ``mnistm_with_label.mat`` (``train`` /
+``test`` Nx32x32x3, one-hot labels), ``svhn_train_32x32.mat`` / ``svhn_test_32x32.mat``,
+``syn_number.mat`` (or ``synth_{train,test}_32x32.mat``) and ``usps_28x28.mat`` (a 2x2 cell
+``dataset`` of train / test images Nx1x28x28 in [0, 1] and labels).
+
 Every image becomes 32x32 RGB (gray copied to three channels, resized bilinear with
 antialiasing where the source is 28 or 16 px). Labels are the digits 0..9.
 """
@@ -63,7 +70,7 @@ LAYOUTS = {
     "usps": "ROOT/usps/usps.bz2, usps.t.bz2 (LIBSVM; or decompressed)",
     "syn": "ROOT/syn/synth_{train,test}_32x32.mat or syn_number.mat",
 }
-LAYOUT = "; ".join(LAYOUTS.values())
+LAYOUT = "; ".join(LAYOUTS.values()) + "; or M3SDA's Digit-Five .mat files in ROOT"
 SPLIT = (
     f"KD3A/FACT: a seeded {TRAIN_CAP:,} of each train file (split_seed; USPS: all), of which a "
     f"seeded stratified 0.2 is val; test: the first {TEST_CAP:,} of the test file (USPS: all)"
