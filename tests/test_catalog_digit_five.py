@@ -218,6 +218,12 @@ def test_syn_number_mat_and_plain_files(tmp_path):
         _check_labels_in_pixels(split, True)
     assert torch.equal(syn.test.y, torch.from_numpy(_labels(TEST, 3)))
     assert len(ds.domains["usps"].test) == TEST
+    small = load_dataset("digit-five:mnist,mnistm,usps", data_root=root, image_size=16)
+    for domain in small.domains.values():
+        assert tuple(domain.test.x.shape[1:]) == (3, 16, 16)
+        assert torch.equal(domain.test.x[:, 0, 8, 8].long(), torch.from_numpy(_red(domain.test.y)))
+    with pytest.raises(DatasetError, match="split_files does not apply to digit-five"):
+        load_dataset("digit-five", data_root=root, split_files=root)
 
 
 def _one_hot(labels: np.ndarray) -> np.ndarray:
