@@ -250,8 +250,8 @@ def _bundle(root: Path) -> Path:
     savemat(
         str(root / "mnistm_with_label.mat"),
         {
-            "train": _colour_images(train, 32),
-            "test": _colour_images(test, 32),
+            "train": _colour_images(train, 28),
+            "test": _colour_images(test, 28),
             "label_train": _one_hot(train),
             "label_test": _one_hot(test),
         },
@@ -269,7 +269,7 @@ def _bundle(root: Path) -> Path:
     )
     cell = np.empty((2, 2), dtype=object)
     for row, labels in enumerate((train, test)):
-        cell[row, 0] = np.repeat(_red(labels) / 255.0, 28 * 28).reshape(-1, 1, 28, 28)
+        cell[row, 0] = np.repeat((_red(labels) + 0.5) / 255.0, 28 * 28).reshape(-1, 1, 28, 28)
         cell[row, 1] = labels.reshape(-1, 1).astype(np.float64)
     savemat(str(root / "usps_28x28.mat"), {"dataset": cell})
     return root

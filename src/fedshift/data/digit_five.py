@@ -21,9 +21,10 @@ Layout under ROOT (nothing is unpickled; ``.mat`` files are MATLAB v5, read by s
 Where a domain's folder is absent, it is read from M3SDA's Digit-Five bundle, the ``.mat``
 files KD3A and FACT read, lying directly in ROOT: ``mnist_data.mat`` (``train_32`` /
 ``test_32``, one-hot ``label_train`` / ``label_test``), ``mnistm_with_label.mat`` (``train`` /
-``test`` Nx32x32x3, one-hot labels), ``svhn_train_32x32.mat`` / ``svhn_test_32x32.mat``,
+``test`` Nx28x28x3, one-hot labels), ``svhn_train_32x32.mat`` / ``svhn_test_32x32.mat``,
 ``syn_number.mat`` (or ``synth_{train,test}_32x32.mat``) and ``usps_28x28.mat`` (a 2x2 cell
-``dataset`` of train / test images Nx1x28x28 in [0, 1] and labels).
+``dataset`` of train / test images Nx1x28x28 in [0, 1) and labels: another USPS split,
+7,438 / 1,860). Names and shapes follow KD3A's, FACT's and Dassl's loaders.
 
 Every image becomes 32x32 RGB (gray copied to three channels, resized bilinear with
 antialiasing where the source is 28 or 16 px). Labels are the digits 0..9.
@@ -96,11 +97,13 @@ _BUNDLE = {
     "usps": ("usps_28x28.mat",),
     "syn": (_SYN_NUMBER,),
 }
-#: the bundle's files hold MNIST's and MNIST-M's 55,000 training images (no validation 5,000)
+#: the bundle's files: MNIST's and MNIST-M's 55,000 training images (no validation 5,000),
+#: and another USPS split (7,438 / 1,860)
 OFFICIAL_BUNDLE = {
     **OFFICIAL,
     "mnist": {"train": 55_000, "test": 10_000},
     "mnistm": {"train": 55_000, "test": 10_000},
+    "usps": {"train": 7_438, "test": 1_860},
 }
 
 
@@ -253,9 +256,9 @@ def _syn_files(folder: Path) -> tuple[dict[str, Path], bool]:
     return {s: folder / _SYN_NUMBER for s in _SYN_FILES}, True
 
 
-#: how a .mat file stores its images: SVHN's X (32 x 32 x 3 x N), N x 32 x 32 x 3, or gray
-#: N x 32 x 32 / N x 1024 (M3SDA's mnist_data.mat)
-_ORDERS = {"HWCN": "32 x 32 x 3 x N", "NHWC": "N x 32 x 32 x 3", "NGRAY": "N x 32 x 32"}
+#: how a .mat file stores its images: SVHN's X (32 x 32 x 3 x N), N x S x S x 3 (S 32, or 28
+#: in M3SDA's mnistm_with_label.mat), or gray N x 32 x 32 / N x 1024 (its mnist_data.mat)
+_ORDERS = {"HWCN": "32 x 32 x 3 x N", "NHWC": "N x S x S x 3", "NGRAY": "N x 32 x 32"}
 
 
 def _mat_layout(domain: str, root: Path) -> dict[str, tuple[Path, str, str, str]]:
@@ -296,7 +299,7 @@ def _mat_count(path: Path, image_var: str, label_var: str, order: str) -> int:
     count = shape[3] if order == "HWCN" and len(shape) == 4 else shape[0]
     fits = {
         "HWCN": len(shape) == 4 and shape[:3] == (32, 32, 3),
-        "NHWC": len(shape) == 4 and shape[1:] == (32, 32, 3),
+        "NHWC": len(shape) == 4 and shape[3] == 3 and shape[1] == shape[2] in (28, 32),
         "NGRAY": len(shape) >= 2 and int(np.prod(shape[1:])) == 32 * 32,
     }[order]
     if not fits:
@@ -318,10 +321,10 @@ def _mat_split(path: Path, image_var: str, label_var: str, order: str) -> Arrays
     return _as_uint8(x), _mat_labels(found[label_var], count, path, label_var)
 
 
-def _as_uint8(x: np.ndarray, scale: float = 1.0) -> np.ndarray:
-    if x.dtype == np.uint8 and scale == 1.0:
+def _as_uint8(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.uint8:
         return x
-    return np.clip(np.rint(x * scale), 0, 255).astype(np.uint8)
+    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
 
 
 def _usps_mat(path: Path) -> dict[str, Arrays]:
@@ -338,7 +341,9 @@ def _usps_mat(path: Path) -> dict[str, Arrays]:
                 f"{path}: {split} images have shape {images.shape}, expected N x 1 x 28 x 28"
             )
         digits = _mat_labels(labels, images.shape[0], path, f"{split} labels")
-        out[split] = (_as_uint8(images, 255.0 if images.max() <= 1.0 else 1.0), digits)
+        if images.size and images.max() <= 1.0:  # [0, 1): truncated to 0..254 as KD3A does
+            images = np.floor(images * 255.0)
+        out[split] = (_as_uint8(images), digits)
     return out
 
 
