@@ -289,6 +289,27 @@ def test_m3sda_bundle_of_mat_files(tmp_path, capsys):
             _check_labels_in_pixels(split, name in ("mnistm", "svhn", "syn"))
         assert torch.equal(domain.test.y, torch.from_numpy(_labels(TEST, 3)))
     assert ds.meta["image_cache"]["mnistm"] == ""  # arrays, not PNGs
+    usps = _tree(tmp_path / "folders") / "usps"
+    usps.rename(root / "usps")  # a domain folder beside the bundle: the folder is read
+    assert check_dataset("digit-five", root)[0]["usps"] == {"train": TRAIN, "test": TEST}
+    assert (
+        load_dataset("digit-five:usps", data_root=root).meta["sample"]["usps"]["files"] == "folder"
+    )
+    labels = _one_hot(_labels(TEST, 3))
+    labels[5] = 0
+    savemat(
+        str(root / "mnistm_with_label.mat"),
+        {
+            "train": _colour_images(_labels(TRAIN), 28),
+            "test": _colour_images(_labels(TEST, 3), 28),
+            "label_train": _one_hot(_labels(TRAIN)),
+            "label_test": labels,
+        },
+    )
+    with pytest.raises(
+        DatasetError, match=r"mnistm_with_label\.mat: label_test is 20 x 10 but not one-hot"
+    ):
+        check_dataset("digit-five", root)
     (root / "mnist_data.mat").unlink()
     with pytest.raises(DatasetError, match=r"missing folder .*mnist .*or M3SDA's mnist_data\.mat"):
         check_dataset("digit-five", root)
