@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedshift.data import elcfs_sets, pacs
+from fedshift.data import digit_five, elcfs_sets, pacs
 from fedshift.data.domains import DatasetError
 
 _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
@@ -156,6 +156,16 @@ CATALOG: dict[str, CatalogEntry] = {
             32,
             {"cifar100": 60000},
         ),
+        CatalogEntry(
+            digit_five.NAME,
+            "Digit-Five (MNIST, MNIST-M, SVHN, USPS, SynDigits; M3SDA, KD3A, FACT)",
+            digit_five.LAYOUT,
+            digit_five.SPLIT,
+            digit_five.DOMAINS,
+            digit_five.RESOLUTION,
+            {d: sum(s.values()) for d, s in digit_five.OFFICIAL.items()},
+            classes=digit_five.CLASSES,
+        ),
         *(
             CatalogEntry(
                 spec.name,
@@ -236,6 +246,8 @@ def check_dataset(
         return counts, pacs.count_warnings(counts)
     if name in elcfs_sets.SETS:
         return elcfs_sets.check_elcfs(name, root)
+    if name == digit_five.NAME:
+        return digit_five.check(root)
     if name.startswith("cifar"):
         counts = _check_cifar(entry, root)
     else:

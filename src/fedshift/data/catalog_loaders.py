@@ -14,6 +14,9 @@ distribute them, with the split each entry of :mod:`fedshift.data.catalog` state
   the train file.
 * Fundus / Prostate (:mod:`fedshift.data.elcfs_sets`): FedDG-ELCFS's ``.npy`` release,
   per-pixel masks; per site a seeded holdout of the files as train / val, test the site.
+* Digit-Five (:mod:`fedshift.data.digit_five`): each domain's public files; KD3A/FACT's seeded
+  25,000 of the train file (val: its seeded ``VAL_FRACTION`` holdout), the first 9,000 of the
+  test file as test.
 * ``split_files=DIR``: the user's own ``<domain>_{train,val,test}.txt`` lists (``<relative
   path> <label>``, paths relative to the dataset's image root, 0-based labels in the
   dataset's class order); without a val list, val is the seeded holdout of the train list.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fedshift.data import cifar, elcfs_sets, image_cache, pacs
+from fedshift.data import cifar, digit_five, elcfs_sets, image_cache, pacs
 from fedshift.data.catalog import CATALOG, CatalogEntry
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.lists import (
@@ -53,6 +56,7 @@ RUNNABLE = (
     *DOMAINNET_DATASETS,
     *CIFAR_DATASETS,
     *elcfs_sets.SETS,
+    digit_five.NAME,
 )
 USER_LIST = "{domain}_{split}.txt"
 
@@ -200,9 +204,20 @@ def load_catalog(
         "split_seed": int(seed),
         "split_files": str(split_files),
     }
+    if split_files and (name in CIFAR_DATASETS or name == digit_five.NAME):
+        raise DatasetError(f"split_files does not apply to {name}: it has official files")
+    if name == digit_five.NAME:
+        return digit_five.load_digit_five(
+            root,
+            image_size=size,
+            seed=seed,
+            holdout=lambda entries, domain: holdout(entries, VAL_FRACTION, _seed(seed, domain)),
+            val_fraction=VAL_FRACTION,
+            meta=meta,
+            domains=domains,
+            cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
+        )
     if name in CIFAR_DATASETS:
-        if split_files:
-            raise DatasetError(f"split_files does not apply to {name}: it has official files")
         return cifar.load_cifar(
             name,
             root,

@@ -114,7 +114,7 @@ def class_names(folder: Path, layout: BinaryLayout, official: Sequence[str]) -> 
     return [f"class_{i:0{width}d}" for i in range(layout.num_classes)]
 
 
-def _resize(pixels: torch.Tensor, size: int) -> torch.Tensor:
+def resize_uint8(pixels: torch.Tensor, size: int) -> torch.Tensor:
     """uint8 images resized (bilinear, antialiased) in chunks, so no float copy of all."""
     out = torch.empty((len(pixels), 3, size, size), dtype=torch.uint8)
     for start in range(0, len(pixels), 4096):
@@ -153,7 +153,8 @@ def load_cifar(
     pool_y = torch.from_numpy(train_y[order])
     test_images = torch.from_numpy(np.ascontiguousarray(test_x))
     if image_size != NATIVE_SIZE:
-        pool_x, test_images = _resize(pool_x, image_size), _resize(test_images, image_size)
+        pool_x = resize_uint8(pool_x, image_size)
+        test_images = resize_uint8(test_images, image_size)
     cut = len(kept)
     domain = Domain(
         name=name,
