@@ -57,7 +57,7 @@ def test_office_home_real_world_with_a_space(tmp_path):
         (tmp_path / domain / "Alarm_Clock").mkdir(parents=True)
         (tmp_path / domain / "Alarm_Clock" / "00001.jpg").write_bytes(b"")
     counts, _ = check_dataset("office-home", tmp_path)
-    assert counts["Real World"] == {"all": 1}
+    assert counts["Real World"] == {"train": 1, "val": 0, "test": 1}  # one image: nothing held out
 
 
 def test_cifar10_binary_records_are_counted_without_unpickling(tmp_path):
@@ -89,7 +89,7 @@ def test_domainnet_official_lists_and_the_fedbn_ten_class_subset(tmp_path):
         (tmp_path / f"{domain}_train.txt").write_text("\n".join(train) + "\n")
         (tmp_path / f"{domain}_test.txt").write_text(f"{domain}/zebra/z.jpg 2\n")
     counts, _ = check_dataset("domainnet", tmp_path)
-    assert counts["real"] == {"train": 2, "test": 1}
+    assert counts["real"] == {"train": 2, "val": 0, "test": 1}  # one image per class: none held
     counts, warnings = check_dataset("domainnet10", tmp_path)
-    assert counts["quickdraw"] == {"train": 1, "test": 1}
+    assert counts["quickdraw"] == {"train": 1, "val": 0, "test": 1}
     assert warnings == []

@@ -16,7 +16,7 @@ from PIL import Image
 
 from fedshift.cli import main
 from fedshift.data import DatasetError, load_dataset
-from fedshift.data.catalog import CATALOG, DOMAINNET10_CLASSES
+from fedshift.data.catalog import CATALOG, DOMAINNET10_CLASSES, check_dataset
 from fedshift.data.catalog_loaders import FOLDER_DATASETS
 
 
@@ -121,6 +121,7 @@ def test_folder_datasets_domainbed_holdout_and_the_whole_domain_as_test(name, tm
         assert domain.val.x.untyped_storage().data_ptr() == storage
     first = next(iter(ds.domains))
     assert ds.meta["counts"][first] == {"train": 12, "val": 3, "test": total}
+    assert check_dataset(name, tmp_path)[0] == ds.meta["counts"]  # check says what a run uses
     again = load_dataset(name, data_root=tmp_path, image_size=8, seed=0)
     other = load_dataset(name, data_root=tmp_path, image_size=8, seed=1)
     vals = [d.domains[first].val.x for d in (ds, again, other)]
@@ -154,6 +155,8 @@ def test_domainnet_official_lists_define_splits_and_class_order(name, tmp_path):
         assert len(domain.test) == len(test_lines)
         assert len(domain.train) + len(domain.val) == per_class_train
         assert len(domain.val) > 0
+        sizes = {"train": len(domain.train), "val": len(domain.val), "test": len(domain.test)}
+        assert check_dataset(name, tmp_path)[0][domain_name] == sizes
     _labels_match_colours(ds)
     assert "official train/test lists" in ds.meta["split"]
 

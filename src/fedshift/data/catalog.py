@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fedshift.data import digit_five, elcfs_sets, pacs
 from fedshift.data.domains import DatasetError
+from fedshift.data.lists import VAL_FRACTION, held_out_count
 
 _IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
 
@@ -187,21 +188,53 @@ CATALOG: dict[str, CatalogEntry] = {
 
 def _image_count(path: Path) -> int:
     count = 0
-    for _dirpath, _dirs, files in os.walk(path):
-        count += sum(1 for f in files if Path(f).suffix.lower() in _IMAGE_SUFFIXES)
+    for _dirpath, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        count += sum(
+            1 for f in files if not f.startswith(".") and Path(f).suffix.lower() in _IMAGE_SUFFIXES
+        )
     return count
 
 
-def _list_lines(path: Path, classes: tuple[str, ...] = ()) -> int:
-    """Entries of a split list (``<domain>/<class>/<file> <label>``), only ``classes`` if given."""
+def _holdout_counts(class_sizes: list[int]) -> dict[str, int]:
+    """The train / val / test sizes a DomainBed holdout gives a domain with ``class_sizes``
+    (val: :data:`~fedshift.data.lists.VAL_FRACTION` of each class; test: the whole domain)."""
+    held = sum(held_out_count(n, VAL_FRACTION) for n in class_sizes)
+    total = sum(class_sizes)
+    return {"train": total - held, "val": held, "test": total}
+
+
+def _folder_counts(entry: CatalogEntry, folder: Path) -> dict[str, int]:
+    """Per-split sizes of one class-folder domain, as the loader splits it."""
+    if entry.name == "office31" and (folder / "images").is_dir():
+        folder = folder / "images"
+    sizes = [
+        _image_count(c)
+        for c in sorted(folder.iterdir())
+        if c.is_dir() and not c.name.startswith(".")
+    ]
+    if not any(sizes):
+        raise DatasetError(f"domain folder {folder} holds no image in a class folder")
+    return _holdout_counts(sizes)
+
+
+def _list_class_sizes(path: Path, classes: tuple[str, ...] = ()) -> list[int]:
+    """Images per class of a split list (``<domain>/<class>/<file> <label>``), only
+    ``classes`` if given."""
     if not path.is_file():
         raise DatasetError(f"missing split file {path} (expected by the official layout)")
     wanted = frozenset(classes)
+    sizes: dict[str, int] = {}
     with open(path, encoding="utf-8", errors="replace") as handle:
-        entries = [line.split()[0] for line in handle if line.strip()]
-    if wanted:
-        entries = [e for e in entries if len(e.split("/")) > 2 and e.split("/")[-2] in wanted]
-    return len(entries)
+        for line in handle:
+            if not line.strip():
+                continue
+            parts = line.split()[0].split("/")
+            name = parts[-2] if len(parts) > 2 else ""
+            if wanted and name not in wanted:
+                continue
+            sizes[name] = sizes.get(name, 0) + 1
+    return list(sizes.values())
 
 
 def _check_cifar(entry: CatalogEntry, root: Path) -> dict[str, dict[str, int]]:
@@ -258,19 +291,22 @@ def check_dataset(
             if not folder.is_dir():
                 raise DatasetError(f"missing domain folder {folder} (expected {entry.layout})")
             if entry.list_pattern:
-                splits = (
-                    ("train", "val", "test") if len(entry.list_pattern) == 3 else ("train", "test")
+                train, test = (
+                    _list_class_sizes(root / p.format(d=domain), entry.classes)
+                    for p in entry.list_pattern
                 )
-                counts[domain] = {
-                    s: _list_lines(root / p.format(d=domain), entry.classes)
-                    for s, p in zip(splits, entry.list_pattern, strict=True)
-                }
+                counts[domain] = {**_holdout_counts(train), "test": sum(test)}
             else:
-                counts[domain] = {"all": _image_count(folder)}
+                counts[domain] = _folder_counts(entry, folder)
     warnings = []
     for domain, official in entry.official_totals.items():
         split_counts = counts[domain]
-        found = split_counts.get("all", split_counts.get("train", 0) + split_counts.get("test", 0))
+        if entry.list_pattern:
+            found = split_counts["train"] + split_counts["val"] + split_counts["test"]
+        elif entry.name.startswith("cifar"):
+            found = split_counts["train"] + split_counts["test"]
+        else:
+            found = split_counts["test"]
         if found != official:
             warnings.append(f"{name}/{domain}: {found} images, the official copy has {official}")
     return counts, warnings

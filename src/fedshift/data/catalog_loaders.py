@@ -31,6 +31,7 @@ from fedshift.data import cifar, digit_five, elcfs_sets, image_cache, pacs
 from fedshift.data.catalog import CATALOG, CatalogEntry
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.lists import (
+    VAL_FRACTION,
     Entry,
     class_folders,
     decode_dataset,
@@ -40,9 +41,6 @@ from fedshift.data.lists import (
     read_split_list,
 )
 
-#: DomainBed's holdout fraction: the share of each domain (or official train list) held out
-#: as the validation split
-VAL_FRACTION = 0.2
 #: catalog entries read from ``ROOT/<domain>/<class>/<image>`` with a seeded holdout
 FOLDER_DATASETS = ("office-home", "vlcs", "terra-incognita", "office-caltech10", "office31")
 #: catalog entries read from DomainNet's official train/test lists

@@ -146,6 +146,18 @@ def folder_entries(domain_dir: Path, classes: Sequence[str]) -> list[Entry]:
     return entries
 
 
+#: DomainBed's holdout fraction: the share of each domain (or official train list) held out
+#: as the validation split of the catalog datasets without a validation list
+VAL_FRACTION = 0.2
+
+
+def held_out_count(class_size: int, fraction: float) -> int:
+    """How many images of a class of ``class_size`` :func:`holdout` holds out."""
+    if class_size < 2:
+        return 0
+    return min(class_size - 1, max(1, round(fraction * class_size)))
+
+
 def holdout(entries: Sequence[Entry], fraction: float, seed: int) -> tuple[list, list]:
     """(kept, held out): ``fraction`` of each class held out at random, seeded.
 
@@ -159,9 +171,7 @@ def holdout(entries: Sequence[Entry], fraction: float, seed: int) -> tuple[list,
     held: set[int] = set()
     for label in sorted(by_class):
         members = by_class[label]
-        if len(members) < 2:
-            continue
-        count = min(len(members) - 1, max(1, round(fraction * len(members))))
+        count = held_out_count(len(members), fraction)
         held.update(members[i] for i in rng.permutation(len(members))[:count])
     kept = [e for i, e in enumerate(entries) if i not in held]
     return kept, [e for i, e in enumerate(entries) if i in held]
