@@ -66,11 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-d",
         "--dataset",
         help=f"dataset name or folder path (default {defaults.dataset}; "
-        "see `fedshift datasets list`). A catalog dataset (pacs, office-home, vlcs, "
-        "terra-incognita, domainnet, domainnet10, office-caltech10, office31) reads your copy "
-        "(--set data_root=PATH) at 224 px with its official split (--set split_files=DIR for "
-        "your own lists); a folder path is resized to 64 px; digits-dg is 32 px; "
-        "--set image_size=N overrides",
+        "see `fedshift datasets list`). A catalog dataset reads your copy "
+        "(--set data_root=PATH) with its official split (--set split_files=DIR for your own "
+        "lists) at its resolution: 224 px for the photo sets (pacs, office-home, vlcs, "
+        "terra-incognita, domainnet, domainnet10, office-caltech10, office31), 32 px for "
+        "digit-five, cifar10, cifar100, 384 px for fundus, prostate; a folder path is resized "
+        "to 64 px; digits-dg is 32 px; --set image_size=N overrides",
     )
     run.add_argument("-t", "--target", help=f"held-out target domain (default {defaults.target})")
     run.add_argument("-s", "--sources", help="comma-separated source domains (default: all others)")
