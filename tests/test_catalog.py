@@ -93,3 +93,11 @@ def test_domainnet_official_lists_and_the_fedbn_ten_class_subset(tmp_path):
     counts, warnings = check_dataset("domainnet10", tmp_path)
     assert counts["quickdraw"] == {"train": 1, "val": 0, "test": 1}
     assert warnings == []
+
+
+def test_run_help_names_every_catalog_entry(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in CATALOG:
+        assert name in text, name
