@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.core.split import RowGather
 from fedshift.data import image_cache
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import IMAGE_EXTENSIONS, read_image
@@ -237,10 +238,11 @@ def decode_dataset(
 
     Images are stored in one array per domain, train rows first, then val, then the rest; a
     split's samples are kept in row order, so a split covering a contiguous block of rows (the
-    train and val splits, a test split that is the whole domain) is a view of that array
-    rather than a copy. With ``cache_folder`` that array is a copy-on-write memory map of the
-    domain's file in the image cache (:mod:`fedshift.data.image_cache`), decoded there on the
-    first load only; without it, it is decoded into memory. ``meta`` gains ``counts``
+    train and val splits, a test split that is the whole domain) is a view of that array, and
+    any other split a :class:`~fedshift.core.split.RowGather` of its rows: never a copy. With
+    ``cache_folder`` that array is a copy-on-write memory map of the domain's file in the
+    image cache (:mod:`fedshift.data.image_cache`), decoded there on the first load only;
+    without it, it is decoded into memory. ``meta`` gains ``counts``
     (domain -> split -> images), ``classes`` and ``image_cache`` (domain -> file, or empty).
     """
     if isinstance(image_size, bool) or int(image_size) < 1:
@@ -268,7 +270,7 @@ def decode_dataset(
                 if torch.equal(index, torch.arange(first, first + len(items))):
                     x = pixels[first : first + len(items)]
                 else:
-                    x = pixels[index]
+                    x = RowGather.take(pixels, index)
                 tensors[split] = Split(x=x, y=labels)
             domains[domain] = Domain(name=domain, **tensors)
             counts[domain] = {split: len(parts.get(split, ())) for split in SPLITS}

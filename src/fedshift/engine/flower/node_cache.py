@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from fedshift.core.runconfig import RunConfig
-from fedshift.core.split import Split
+from fedshift.core.split import Split, dense
 from fedshift.data.domains import Domain, DomainDataset
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def write_cache(dataset: DomainDataset, folder: Path) -> None:
                     if tensor is None:
                         continue
                     file = f"{len(domains) - 1}-{split_name}-{field}.npy"
-                    np.save(build / file, tensor.numpy(), allow_pickle=False)
+                    np.save(build / file, dense(tensor).numpy(), allow_pickle=False)
                     files[file] = _sha256(build / file)
         manifest = {
             "layout": LAYOUT,
