@@ -166,21 +166,22 @@ def test_a_run_on_a_cached_catalog_tree_gives_clients_views_of_the_cache(tmp_pat
     settings_ += ["target=SUN09", "clients_per_domain=2", "rounds=1", "threads=1"]
     exp = prepare(resolve(None, {}, settings_))
     assert all(p.endswith(".npy") for p in exp.dataset.meta["image_cache"].values())
-    stored = {id(exp.dataset.domain(d).train.x) for d in exp.dataset.domain_names}
+    stored = {id(exp.dataset.domain(d).train.x.sources[0]) for d in exp.dataset.domain_names}
     assert len(exp.contexts) == 6
     for ctx in exp.contexts.values():
         share = ctx.train.x
         assert isinstance(share, RowGather) and {id(s) for s in share.sources} <= stored
-        domain = exp.dataset.domain(ctx.domain).train.x
+        (domain,) = exp.dataset.domain(ctx.domain).train.x.sources  # the whole mapped file
         assert torch.equal(share[:], domain[share.rows])
-        assert _mapped_file(domain.data_ptr()) == exp.dataset.meta["image_cache"][ctx.domain]
+        path, mode = _mapped_file(domain.data_ptr())
+        assert path == exp.dataset.meta["image_cache"][ctx.domain] and mode.startswith("r-")
 
 
-def _mapped_file(address: int) -> str:
-    """The file whose memory map holds ``address`` in this process ('' if none)."""
+def _mapped_file(address: int) -> tuple[str, str]:
+    """(the file whose memory map holds ``address`` in this process, its permissions)."""
     for line in Path("/proc/self/maps").read_text().splitlines():
         fields = line.split(maxsplit=5)
         start, stop = (int(part, 16) for part in fields[0].split("-"))
         if start <= address < stop:
-            return fields[5].strip() if len(fields) == 6 else ""
-    return ""
+            return (fields[5].strip() if len(fields) == 6 else ""), fields[1]
+    return "", ""
