@@ -7,6 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
+from fedshift.core.split import dense
 from fedshift.data import load_dataset, make_dataset, register_dataset
 from fedshift.data.custom import _REGISTERED
 from fedshift.data.domains import DatasetError
@@ -68,7 +69,7 @@ def test_uint8_images_are_kept_and_one_split_is_cut_70_10_20():
     y = torch.arange(50) % 5
     domain = make_dataset({"a": (x, y), "b": (x, y)}, seed=3).domain("a")
     assert (len(domain.train), len(domain.val), len(domain.test)) == (35, 5, 10)
-    together = torch.cat([domain.train.x, domain.val.x, domain.test.x])
+    together = torch.cat([dense(domain.train.x), dense(domain.val.x), dense(domain.test.x)])
     assert sorted(together.flatten().tolist()) == sorted(x.flatten().tolist())
 
 

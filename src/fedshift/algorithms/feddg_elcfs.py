@@ -23,6 +23,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema
+from fedshift.core.split import dense
 from fedshift.core.state import ServerState
 from fedshift.eval.segmentation import (
     boundary_regions,
@@ -220,7 +221,7 @@ class FedDGELCFS(Algorithm):
 
     @client_task("amplitude")
     def amplitude(self, ctx: ClientContext, record: Record) -> Record:
-        images = ctx.train.x.float() / 255.0
+        images = dense(ctx.train.x).float() / 255.0  # the whole share at once, gathered
         window = amplitude_window(images, self.hp.window_half_width)
         return Record(arrays={"amplitude.window": window}, metrics={"num-examples": len(images)})
 

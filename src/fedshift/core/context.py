@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from fedshift.core.split import Split, to_input
+from fedshift.core.split import Images, Split, to_input
 
 
 class LabelAccessError(PermissionError):
@@ -17,6 +17,10 @@ class LabelAccessError(PermissionError):
 
 class SplitView:
     """A client's view of one split. Labels are unreachable when ``labeled`` is False.
+
+    ``x`` is the split's images, a tensor or a lazy :class:`~fedshift.core.split.RowGather`:
+    index it (``view.x[idx]``) for the rows a step needs, or gather it whole with
+    :func:`~fedshift.core.split.dense` when a method needs the client's whole share at once.
 
     ``augment`` (uint8 images, generator -> uint8 images) is applied to the batches drawn
     with a generator, i.e. training batches; evaluation passes (no generator) see the images
@@ -39,7 +43,7 @@ class SplitView:
         return len(self._split)
 
     @property
-    def x(self) -> torch.Tensor:
+    def x(self) -> Images:
         return self._split.x
 
     @property
@@ -49,7 +53,7 @@ class SplitView:
         return self._split.y
 
     @property
-    def mask(self) -> torch.Tensor | None:
+    def mask(self) -> Images | None:
         if not self.labeled:
             raise LabelAccessError("this client is a target client: its masks are not available")
         return self._split.mask

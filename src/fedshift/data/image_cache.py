@@ -3,9 +3,12 @@ pixels per (dataset, root, domain, resolution, row order), memory-mapped on late
 
 A domain's images are decoded once, streamed into the file as they come (so a first load
 holds no more than the decoder's images in flight), and the file is moved into place
-atomically. Later loads map it copy-on-write (``mmap_mode="c"``): the run's tensors are
-views on the file, pages are read when a batch or a client's share touches them, and a
-write by anyone changes only that process's private copy, never the file.
+atomically. Later loads map it read-only (``mmap_mode="r"``): every split of the domain is a
+:class:`~fedshift.core.split.RowGather` over the mapping, pages are read when a batch
+touches them, and a read returns a copy, so nothing can write to the file. (A copy-on-write
+mapping, ``"c"``, is charged to the commit limit as if it were memory: Linux refuses one
+larger than RAM + swap, e.g. DomainNet's 26 GB quickdraw or real domain at 224 px on a
+24 GB machine without swap; a read-only one is not.)
 
 The key hashes the dataset name, its root, the domain, the resolution and every row's path,
 size and modification time in row order (the split, ``split_seed`` included, decides that
@@ -82,7 +85,7 @@ def sampled_digest(path: Path) -> str:
 
 
 def open_cached(data: Path, sidecar: Path, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The cached pixels mapped copy-on-write, or None (with a warning if a file was bad)."""
+    """The cached pixels mapped read-only, or None (with a warning if a file was bad)."""
     if not data.exists() and not sidecar.exists():
         return None
     try:
@@ -93,7 +96,7 @@ def open_cached(data: Path, sidecar: Path, shape: tuple[int, ...]) -> np.ndarray
             raise ValueError(f"{data.stat().st_size} bytes, expected {info.get('bytes')}")
         if sampled_digest(data) != info.get("sha256_sampled"):
             raise ValueError("checksum mismatch")
-        pixels = np.load(data, mmap_mode="c", allow_pickle=False)
+        pixels = np.load(data, mmap_mode="r", allow_pickle=False)
         if pixels.dtype != np.uint8 or pixels.shape != shape:
             raise ValueError(f"array {pixels.dtype} {pixels.shape}, expected uint8 {shape}")
         return pixels

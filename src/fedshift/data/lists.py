@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.core.split import RowGather
 from fedshift.data import image_cache
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import IMAGE_EXTENSIONS, read_image
@@ -222,7 +223,7 @@ def _cached_pixels(
             folder.mkdir(parents=True, exist_ok=True)  # before any decoding starts
             decoded = pool.map(lambda p: read_image(p, size), rows)
             image_cache.write_cache(data, sidecar, shape, decoded, description)
-            pixels = np.load(data, mmap_mode="c", allow_pickle=False)
+            pixels = np.load(data, mmap_mode="r", allow_pickle=False)
         except OSError as exc:
             warnings.warn(
                 f"fedshift: could not write the image cache {data} ({exc}); decoding "
@@ -231,7 +232,9 @@ def _cached_pixels(
                 stacklevel=3,
             )
             return _decoded_in_memory(rows, size, pool), None
-    return torch.from_numpy(pixels), data
+    with warnings.catch_warnings():  # read-only: only RowGather reads it (see decode_dataset)
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        return torch.from_numpy(pixels), data
 
 
 def decode_dataset(
@@ -246,11 +249,13 @@ def decode_dataset(
     """Decode domain -> split -> entries into RGB ``image_size`` squares, each file once.
 
     Images are stored in one array per domain, train rows first, then val, then the rest; a
-    split's samples are kept in row order, so a split covering a contiguous block of rows (the
-    train and val splits, a test split that is the whole domain) is a view of that array
-    rather than a copy. With ``cache_folder`` that array is a copy-on-write memory map of the
-    domain's file in the image cache (:mod:`fedshift.data.image_cache`), decoded there on the
-    first load only; without it, it is decoded into memory. ``meta`` gains ``counts``
+    split's samples are kept in row order. With ``cache_folder`` that array is a read-only
+    memory map of the domain's file in the image cache (:mod:`fedshift.data.image_cache`),
+    decoded there on the first load only, and every split is a
+    :class:`~fedshift.core.split.RowGather` of its rows (reads copy, so the map is never
+    written). Without it the array is decoded into memory, a split covering a contiguous block
+    of rows (the train and val splits, a test split that is the whole domain) is a view of it
+    and any other split a RowGather: never a copy. ``meta`` gains ``counts``
     (domain -> split -> images), ``classes`` and ``image_cache`` (domain -> file, or empty).
     """
     if isinstance(image_size, bool) or int(image_size) < 1:
@@ -275,10 +280,12 @@ def decode_dataset(
                 index = torch.as_tensor([row[p] for p, _ in items], dtype=torch.long)
                 labels = torch.as_tensor([label for _, label in items], dtype=torch.long)
                 first = int(index[0]) if len(items) else 0
-                if torch.equal(index, torch.arange(first, first + len(items))):
+                if cached[domain] is None and torch.equal(
+                    index, torch.arange(first, first + len(items))
+                ):
                     x = pixels[first : first + len(items)]
                 else:
-                    x = pixels[index]
+                    x = RowGather.take(pixels, index)
                 tensors[split] = Split(x=x, y=labels)
             domains[domain] = Domain(name=domain, **tensors)
             counts[domain] = {split: len(parts.get(split, ())) for split in SPLITS}

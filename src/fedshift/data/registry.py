@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from fedshift.core.split import dense
 from fedshift.data import digits
 from fedshift.data.catalog_loaders import RUNNABLE, load_catalog
 from fedshift.data.custom import load_custom_dataset
@@ -23,6 +24,7 @@ CATALOG_LOADERS = RUNNABLE
 def _resize_split(split: Split, size: int) -> Split:
     if split.x.shape[-1] == size and split.x.shape[-2] == size:
         return split
+    split = Split(x=dense(split.x), y=split.y, mask=dense(split.mask))  # resizing makes a copy
     if len(split) == 0:
         x = split.x.new_zeros((0, split.x.shape[1], size, size))
         m = None if split.mask is None else split.mask.new_zeros((0, size, size))

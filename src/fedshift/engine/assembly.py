@@ -22,6 +22,7 @@ from fedshift.core.record import Kind
 from fedshift.core.robust import Aggregator
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.seeding import derive_seed
+from fedshift.core.split import Images
 from fedshift.core.version import __version__
 from fedshift.data import load_dataset
 from fedshift.data.augment import Augment, build_augment, resolve_augment
@@ -198,7 +199,7 @@ class Experiment:
     device: torch.device
     info: dict[str, Any] = field(default_factory=dict)
     #: unlabeled images the server holds (``cfg.server_data``), e.g. PerAda's KD set
-    server_data: torch.Tensor | None = None
+    server_data: Images | None = None
 
 
 def train_config(cfg: RunConfig) -> TrainConfig:

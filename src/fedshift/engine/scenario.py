@@ -8,11 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from fedshift.core.errors import ConfigError, DatasetError
 from fedshift.core.runconfig import RunConfig, listed_domains
-from fedshift.core.split import Split
+from fedshift.core.split import Split, concat_splits
 from fedshift.data.domains import DomainDataset
 from fedshift.data.partition import partition_domains
 
@@ -44,12 +43,6 @@ class Scenario:
     dataset: DomainDataset
     #: score every client on its own test share (the personalized protocol)
     per_client: bool = False
-
-
-def concat_splits(splits: list[Split]) -> Split:
-    masks = [s.mask for s in splits]
-    mask = torch.cat(masks) if all(m is not None for m in masks) else None
-    return Split(x=torch.cat([s.x for s in splits]), y=torch.cat([s.y for s in splits]), mask=mask)
 
 
 def pool_clients(clients: list[ClientShard], domain: str) -> ClientShard:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from fedshift.core.runconfig import RunConfig
-from fedshift.core.split import Split
+from fedshift.core.split import Images, RowGather, Split
 from fedshift.data.domains import Domain, DomainDataset
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,20 @@ def _file_id(path: Path) -> list[int]:
     return [info.st_size, info.st_mtime_ns]
 
 
+def _save(path: Path, images: Images, rows_at_once: int = 1024) -> None:
+    """``np.save`` of a tensor, or of a RowGather gathered a block of rows at a time (a
+    memory-mapped dataset is never copied into memory whole)."""
+    if not isinstance(images, RowGather):
+        np.save(path, images.numpy(), allow_pickle=False)
+        return
+    dtype = images[:0].numpy().dtype
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=tuple(images.shape))
+    for start in range(0, len(images), rows_at_once):
+        out[start : start + rows_at_once] = images[start : start + rows_at_once].numpy()
+    out.flush()
+    del out
+
+
 def write_cache(dataset: DomainDataset, folder: Path) -> None:
     """Write ``dataset`` into ``folder`` (built in a temporary sibling, then renamed)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +96,7 @@ def write_cache(dataset: DomainDataset, folder: Path) -> None:
                     if tensor is None:
                         continue
                     file = f"{len(domains) - 1}-{split_name}-{field}.npy"
-                    np.save(build / file, tensor.numpy(), allow_pickle=False)
+                    _save(build / file, tensor)
                     files[file] = _sha256(build / file)
         manifest = {
             "layout": LAYOUT,

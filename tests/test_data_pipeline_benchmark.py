@@ -1,0 +1,39 @@
+"""benchmarks/data_pipeline.py --smoke runs and prints its three tables (CI smoke)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "data_pipeline.py"
+
+
+def _rows(lines: list[str], first: str) -> list[list[str]]:
+    """The cells of the table rows whose first cell is ``first``."""
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines if line[:1] == "|"]
+    return [row for row in rows if row[0] == first]
+
+
+def test_smoke_data_pipeline_tables(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("data_pipeline", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "data_pipeline", module)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv("FEDSHIFT_CACHE", str(tmp_path / "unused-cache"))
+    argv = ["--smoke", "--parts", "pipeline,resnet,rss", "--rss-kinds", "domainnet"]
+    argv += ["--work", str(tmp_path)]
+    lines = module.main(argv)
+    (fed,), (folder,) = _rows(lines, "fedshift"), _rows(lines, "ImageFolder")
+    assert float(fed[2].replace(",", "")) > 0 and float(folder[2].replace(",", "")) > 0
+    assert len(_rows(lines, "fedshift, no augmentation")) == 1
+    assert any(line.startswith("fedshift/ImageFolder (median images/s): ") for line in lines)
+    (cpu,) = _rows(lines, "cpu")
+    assert float(cpu[3]) > 0
+    (domainnet,) = _rows(lines, "DomainNet-sized")
+    assert int(domainnet[1].replace(",", "")) == sum(
+        max(4, int(tr * 0.001)) + max(2, int(te * 0.001))
+        for tr, te in module.DOMAINNET_COUNTS.values()
+    )
+    assert float(domainnet[4].replace(",", "")) > 0
+    assert len(list((tmp_path / "pacs-60" / "kfold" / "sketch").rglob("*.jpg"))) > 0
