@@ -3,8 +3,11 @@
 ``domainbed`` is DomainBed's training augmentation for its photo datasets (Gulrajani and
 Lopez-Paz, ICLR 2021): RandomResizedCrop to the stored size with scale (0.7, 1.0), a
 horizontal flip, ColorJitter(0.3, 0.3, 0.3, 0.3) and RandomGrayscale(0.1), drawn per image
-with ``torchvision.transforms.v2`` on uint8 tensors. The crop is taken from the decoded image
-(224 px for the catalog datasets), not from the original file.
+with ``torchvision.transforms.v2``. The transforms run on PIL images, as in DomainBed (each
+cached uint8 row is wrapped as one, then turned back into a tensor): PIL's colour kernels are
+about twice as fast as torchvision's tensor ones (hue: 3.2 vs 6.4 ms per 224 px image). The
+crop is taken from the decoded image (224 px for the catalog datasets), not from the
+original file.
 
 ``cifar`` is the CIFAR training augmentation of MOON's code (Li et al., CVPR 2021, and
 NIID-Bench before it): each image padded by 4 px with reflection, a random crop back to the
@@ -45,10 +48,14 @@ class DomainBedAugment:
         )
 
     def __call__(self, images: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+        from torchvision.transforms.v2.functional import pil_to_tensor, to_pil_image
+
         seed = int(torch.randint(0, 2**62, (1,), generator=rng))
         with torch.random.fork_rng(devices=[]):
             torch.random.default_generator.manual_seed(seed)
-            return torch.stack([self.transform(image) for image in images])
+            return torch.stack(
+                [pil_to_tensor(self.transform(to_pil_image(image))) for image in images]
+            )
 
 
 class CifarAugment:
