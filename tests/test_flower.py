@@ -397,10 +397,11 @@ def test_silent_and_corrupt_clients_fail_under_policy(tmp_path, digits_cache, ta
     assert [h["failed_clients"] for h in read_history(out)] == [2, 2]
     assert math.isfinite(summary["target_accuracy"])
 
-    strict = run_config(tmp_path, "strict", digits_cache, failure_policy="strict")
+    quick = {"round-timeout": 5.0}  # a silent client is waited for this long
+    strict = run_config(tmp_path, "strict", digits_cache, failure_policy="strict", **quick)
     with pytest.raises(RoundFailed, match="strict"):
         run_on_grid(LocalGrid(strict, silent={101}), strict)
-    needs_two = run_config(tmp_path, "min2", digits_cache, min_clients=2)
+    needs_two = run_config(tmp_path, "min2", digits_cache, min_clients=2, **quick)
     with pytest.raises(RoundFailed, match="min_clients=2"):
         run_on_grid(LocalGrid(needs_two, silent={101, 102}), needs_two)
 
@@ -744,6 +745,7 @@ def serverapp_pids(superlink: int) -> list[int]:
 
 
 @pytest.mark.flower
+@pytest.mark.slow  # 70-90 s of loopback rounds: kept out of the default tier's time
 def test_e2e_fedproto_prototypes_and_personal_models(cluster, tmp_path):
     """Only prototypes cross the wire; the personal models are scored on the SuperNodes."""
     settings = e2e_settings(cluster.root / "out-fedproto", algorithm="fedproto", rounds=2)
@@ -759,6 +761,7 @@ def test_e2e_fedproto_prototypes_and_personal_models(cluster, tmp_path):
 
 
 @pytest.mark.flower
+@pytest.mark.slow  # 70-90 s of loopback rounds: kept out of the default tier's time
 def test_e2e_killed_serverapp_resumes_with_client_states(cluster, tmp_path):
     """SIGKILL the ServerApp process in round 2 of a MOON run (client state: each client's
     previous model), start it again with resume=true: the result equals an uninterrupted
@@ -791,6 +794,7 @@ def test_e2e_killed_serverapp_resumes_with_client_states(cluster, tmp_path):
 
 
 @pytest.mark.flower
+@pytest.mark.slow  # 70-90 s of loopback rounds: kept out of the default tier's time
 def test_e2e_supernode_killed_in_round_two_is_a_failed_client(cluster):
     settings = e2e_settings(cluster.root / "out-kill")
     out = Path(settings["out-dir"])

@@ -11,6 +11,7 @@ import torch
 
 pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flower]'")
 
+from fedshift.core.split import dense  # noqa: E402
 from fedshift.engine.flower import node_cache  # noqa: E402
 from fedshift.engine.flower.settings import load_run_dataset, parse_run_config  # noqa: E402
 
@@ -44,6 +45,7 @@ def assert_same(a, b):
                 ta, tb = getattr(sa, field), getattr(sb, field)
                 assert (ta is None) == (tb is None), (name, split, field)
                 if ta is not None:
+                    ta, tb = dense(ta), dense(tb)
                     assert ta.dtype == tb.dtype and torch.equal(ta, tb), (name, split, field)
 
 
