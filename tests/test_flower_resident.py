@@ -93,7 +93,7 @@ def test_resident_worker_equals_simulation_survives_kill_and_bad_frames(
     task itself with one line and start a new worker, which serves round 3; malformed
     frames are refused with one line each and the worker keeps serving."""
     rc = run_config(tmp_path, "flower", digits_cache, threads=1)
-    nodes = {i: {"worker-dir": str(worker_dir)} for i in range(3)}
+    nodes = {i: {"worker-dir": str(worker_dir), "resident-worker": True} for i in range(3)}
     killed = {}
 
     def app(message, context):

@@ -11,10 +11,11 @@ task with the simulation engine's seeding and stores ``ctx.state`` back, in the 
 and in a snapshot on the node's disk (:mod:`.node_state`) from which a resumed run
 continues. The engine's evaluate task scores the client's personal model on the node.
 
-With the node config's ``resident-worker`` on (the default), this process stays thin: it
-forwards the task to the node's long-running worker (:mod:`.resident`), which keeps torch,
-the dataset and the experiment loaded and runs :func:`answer`, the same code; it runs the
-task here only when the worker cannot be used (logged).
+With the node config's ``resident-worker`` on (the default below a SuperNode), this
+process stays thin: it forwards the task to the node's long-running worker
+(:mod:`.resident`), which keeps torch, the dataset and the experiment loaded and runs
+:func:`answer`, the same code; it runs the task here only when the worker cannot be used
+(logged).
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The ClientApp's side of the resident worker: find it, start it, forward a task to it.
 
 Flower 1.41 starts a new ClientApp process for every message, so each task would pay the
-torch import and the task build again. With ``resident-worker`` on (node config, default
-true) the ClientApp stays thin: it never imports torch, and forwards the task message's
-content and the node's ``Context.state`` over a Unix socket to one long-running
-``python -m fedshift.engine.flower.worker`` per SuperNode, which keeps torch, the dataset
-and the built experiment loaded and runs the task with the same code
-(:func:`fedshift.engine.flower.clientapp.answer`). The reply and the new state come back
-the same way, so Flower's ``Context.state`` stays the one source of client state and a
-worker restart changes nothing.
+torch import and the task build again. With ``resident-worker`` on (node config; by
+default on for a ClientApp below a SuperNode) the ClientApp stays thin: it never imports
+torch, and forwards the task message's content and the node's ``Context.state`` over a
+Unix socket to one long-running ``python -m fedshift.engine.flower.worker`` per
+SuperNode, which keeps torch, the dataset and the built experiment loaded and runs the
+task with the same code (:func:`fedshift.engine.flower.clientapp.answer`). The reply and
+the new state come back the same way, so Flower's ``Context.state`` stays the one source
+of client state and a worker restart changes nothing.
 
 The first ClientApp on a node starts the worker (detached, watching the SuperNode's pid
 and an idle timeout) and waits for it; a lock file lets only one start at a time and the
@@ -44,7 +44,7 @@ from fedshift.engine.flower.messages import identity_of
 from fedshift.engine.flower.wire import ProtocolError, finite_or_none, recv_message, send_message
 
 #: node config keys of the resident worker
-RESIDENT_KEY = "resident-worker"  # true (default) / false
+RESIDENT_KEY = "resident-worker"  # true / false / "auto" (default: on below a SuperNode)
 DIR_KEY = "worker-dir"  # where the socket lives; default <tmp>/fedshift-worker-<uid>
 IDLE_KEY = "worker-idle-timeout"  # seconds without a task before the worker exits
 DEFAULT_IDLE = 600.0
@@ -70,10 +70,19 @@ def log(text: str) -> None:
 
 
 def enabled(node_config: Mapping[str, Any]) -> bool:
-    """Whether the node config asks for the resident worker (default: yes)."""
-    value = node_config.get(RESIDENT_KEY, True)
+    """Whether this ClientApp forwards its tasks to the node's worker.
+
+    ``resident-worker`` true or false decides; unset (or ``"auto"``), the worker is used
+    when this ClientApp is a per-message process below a SuperNode (or a SuperExec),
+    the case it exists for, and not when the ClientApp is called inside a long-lived
+    process (an in-process grid in tests), where nothing is left to save.
+    """
+    value = node_config.get(RESIDENT_KEY, "auto")
     if isinstance(value, str):
-        return value.strip().lower() not in ("false", "0", "no", "off")
+        text = value.strip().lower()
+        if text == "auto":
+            return supernode_pid() != os.getpid()
+        return text not in ("false", "0", "no", "off")
     return bool(value)
 
 
