@@ -178,6 +178,8 @@ def _connect(paths: WorkerPaths) -> tuple[socket.socket, str]:
         raise FileNotFoundError(f"no worker socket {paths.socket}")
     try:
         secret = paths.secret.read_text().strip()
+    except FileNotFoundError:
+        raise  # the worker left (idle) between the two checks: none runs
     except OSError as exc:
         raise WorkerUnavailable(f"cannot read the worker secret ({exc.strerror})") from None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -249,6 +251,23 @@ def start_worker(
         raise WorkerUnavailable(f"the worker did not answer within {START_TIMEOUT:g} s")
 
 
+def restart_worker(node_config: Mapping[str, Any], paths: WorkerPaths, owner: int) -> None:
+    """Start a new worker, without waiting, if no worker process holds the node.
+
+    A killed worker leaves its socket behind; it is removed here (only when the life lock
+    is free, so never a live worker's), so the next message waits for the new worker
+    instead of finding the dead socket again.
+    """
+    with open(paths.life_lock, "a") as life:
+        try:
+            fcntl.flock(life, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a worker process still lives (starting, or busy): leave it be
+        paths.socket.unlink(missing_ok=True)
+        paths.secret.unlink(missing_ok=True)
+    start_worker(node_config, paths, owner, wait=False)
+
+
 def _exchange(paths: WorkerPaths, content: RecordDict, context: Context) -> RecordDict:
     """Run the task in the worker; the reply content (``context.state`` is updated)."""
     sock, secret = _connect(paths)
@@ -305,7 +324,7 @@ def forward(content: RecordDict, context: Context) -> RecordDict | None:
             "and starting a new worker"
         )
         try:
-            start_worker(node_config, paths, owner, wait=False)
+            restart_worker(node_config, paths, owner)
         except OSError as start_error:
             log(f"cannot start a new resident worker ({start_error})")
         return None
