@@ -65,9 +65,12 @@ def raw_request(path: Path, *frames: bytes, header: bytes | None = None) -> dict
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(60)
         sock.connect(str(path))
-        if header is not None:
-            sock.sendall(header)
-        wire.send_frames(sock, frames)
+        try:
+            if header is not None:
+                sock.sendall(header)
+            wire.send_frames(sock, frames)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the worker refused what it read so far and hung up: read its answer
         try:
             head, _ = wire.recv_message(sock)
         except ConnectionError:
@@ -129,7 +132,7 @@ def test_resident_worker_equals_simulation_survives_kill_and_bad_frames(
     secret = node0.secret.read_text().strip()
     head = json.dumps({"op": "ping", "secret": secret}).encode()
     bad = [
-        raw_request(node0.socket, b"", header=b"XXXX\0\0\0\0"),  # wrong magic
+        raw_request(node0.socket, header=b"XXXX\0\0\0\0"),  # wrong magic
         raw_request(node0.socket, header=struct.pack(">4sI", b"FSW1", wire.MAX_JSON + 1)),
         raw_request(node0.socket, b"[1, 2]"),  # head not an object
         raw_request(node0.socket, json.dumps({"op": "ping", "secret": "0" * 64}).encode()),
@@ -161,7 +164,7 @@ def test_resident_worker_equals_simulation_survives_kill_and_bad_frames(
     assert after["ok"] is True and after["pid"] == status["pid"] and after["rejected"] == len(bad)
     err = capfd.readouterr().err
     assert len(re.findall(r"rejected a request: ", err)) == len(bad), err
-    assert "pickle" in err or "object" in err
+    assert "allow_pickle=False" in err and "announced float32[3]" in err, err
 
 
 def proc_state(pid: int) -> str:
