@@ -10,6 +10,12 @@ from its node config, restores ``ctx.state`` from Flower's ``Context.state``, ru
 task with the simulation engine's seeding and stores ``ctx.state`` back, in the context
 and in a snapshot on the node's disk (:mod:`.node_state`) from which a resumed run
 continues. The engine's evaluate task scores the client's personal model on the node.
+
+With the node config's ``resident-worker`` on (the default below a SuperNode), this
+process stays thin: it forwards the task to the node's long-running worker
+(:mod:`.resident`), which keeps torch, the dataset and the experiment loaded and runs
+:func:`answer`, the same code; it runs the task here only when the worker cannot be used
+(logged).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedshift.engine.flower import resident
 from fedshift.engine.flower.messages import (
     CONTROL,
     EVALUATE,
@@ -74,22 +81,39 @@ def handle(message: Message, context: Context) -> Message:
         print(f"fedshift: the ServerApp refused this SuperNode: {reason}", file=sys.stderr)
         return Message(RecordDict(), reply_to=message)
     with give_up_after(float(control.get("timeout", 0.0))):
-        return _run_task(message, context, control, task)
+        content = None
+        if resident.enabled(context.node_config):
+            content = resident.forward(message.content, context)
+        if content is None:
+            content = answer(message.content, context)
+        return Message(content, reply_to=message)
 
 
-def _run_task(message: Message, context: Context, control: dict, task: str) -> Message:
-    """Run the engine's evaluate task or an algorithm's client task on this node."""
+def experiment_of(context: Context):
+    """The prepared experiment of the context's run (cached per process)."""
+    from fedshift.engine.flower.settings import node_cache_dir
+
+    return _experiment(
+        json.dumps(dict(context.run_config), sort_keys=True),
+        node_cache_dir(dict(context.node_config)),
+    )
+
+
+def answer(content: RecordDict, context: Context) -> RecordDict:
+    """Run the engine's evaluate task or an algorithm's client task on this node: the
+    reply content; ``context.state`` holds the client's new state. The ClientApp process
+    and the resident worker both answer through here."""
     from fedshift.core.record import Record
     from fedshift.engine.evaluation import client_scores
     from fedshift.engine.federation import run_client_task
     from fedshift.engine.flower.convert import from_recorddict, save_state, to_recorddict
     from fedshift.engine.flower.node_state import NodeSnapshots, state_root
-    from fedshift.engine.flower.settings import node_cache_dir, node_client_id
+    from fedshift.engine.flower.settings import node_client_id
 
+    control = dict(content[CONTROL]) if CONTROL in content else {}
+    task = str(control.get("task", ""))
     node_config: dict[str, Any] = dict(context.node_config)
-    exp = _experiment(
-        json.dumps(dict(context.run_config), sort_keys=True), node_cache_dir(node_config)
-    )
+    exp = experiment_of(context)
     cid = node_client_id(node_config, [c.client_id for c in exp.scenario.clients])
     if int(control["client"]) != cid:
         raise RuntimeError(
@@ -101,12 +125,12 @@ def _run_task(message: Message, context: Context, control: dict, task: str) -> M
     ctx.state = restore_state(context.state, str(control["token"]), snapshots, round_)
     if task == EVALUATE:
         scores = client_scores(exp, ctx, bool(control.get("domains", False)))
-        return Message(to_recorddict(Record(metrics=dict(scores or {}))), reply_to=message)
+        return to_recorddict(Record(metrics=dict(scores or {})))
     reply = run_client_task(
         exp.algorithm,
         ctx,
         task,
-        from_recorddict(message.content, with_control=True),
+        from_recorddict(content, with_control=True),
         seed=exp.cfg.seed,
         round_=round_,
         call_index=int(control["call"]),
@@ -115,7 +139,7 @@ def _run_task(message: Message, context: Context, control: dict, task: str) -> M
     save_state(ctx.state, context.state)
     context.state[RUN_MARK] = ConfigRecord({"token": str(control["token"])})
     snapshots.save(round_, ctx.state)
-    return Message(to_recorddict(reply), reply_to=message)
+    return to_recorddict(reply)
 
 
 #: seconds a task may run beyond the server's round timeout before its process gives up
