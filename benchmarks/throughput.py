@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from fedshift.algorithms._common import state_dict_cpu
 from fedshift.config import resolve
 from fedshift.core.reduce import weighted_mean
-from fedshift.core.split import to_input
+from fedshift.core.split import dense, to_input
 from fedshift.engine.assembly import Experiment, prepare
 from fedshift.engine.simulation import SimulationFederation
 
@@ -97,7 +97,7 @@ class BareData:
     def __init__(self, exp: Experiment):
         self.device = exp.device
         self.clients = [
-            (to_input(ctx.train.x, exp.device), ctx.train.y.to(exp.device))
+            (to_input(dense(ctx.train.x), exp.device), ctx.train.y.to(exp.device))
             for ctx in exp.contexts.values()
             if ctx.role == "source"
         ]
