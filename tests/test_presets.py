@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from PIL import Image
+from test_catalog_loaders import _pacs_tree
 
 import fedshift
 from fedshift.algorithms import REGISTRY
@@ -246,24 +247,6 @@ def test_library_plan_and_load_preset(tmp_path):
     assert loaded.settings["algo.mu"] == 5.0 and "moon-cifar10" in fedshift.preset_names()
     with pytest.raises(ConfigError, match="unknown preset"):
         fedshift.plan(preset="no-such-preset")
-
-
-def _pacs_tree(root: Path) -> None:
-    """PACS's official layout with 4 images of 2 classes per domain (kfold lists, 1-based)."""
-    for domain in CATALOG["pacs"].domains:
-        rows = []
-        for label, cls in ((1, "dog"), (3, "giraffe")):
-            for i in range(4):
-                relative = f"{domain}/{cls}/pic_{i:03d}.jpg"
-                path = root / "kfold" / relative
-                path.parent.mkdir(parents=True, exist_ok=True)
-                Image.new("RGB", (8, 8), (label * 60, i * 50, len(domain) * 20)).save(path)
-                rows.append(f"{relative} {label}")
-        train = [r for r in rows if not r.split()[0].endswith("3.jpg")]
-        (root / f"{domain}_train_kfold.txt").write_text("\n".join(train) + "\n")
-        crossval = [r for r in rows if r.split()[0].endswith("3.jpg")]
-        (root / f"{domain}_crossval_kfold.txt").write_text("\n".join(crossval) + "\n")
-        (root / f"{domain}_test_kfold.txt").write_text("\n".join(rows) + "\n")
 
 
 def test_shipped_fedsr_pacs_preset_runs_one_round_on_generated_pacs(tmp_path, monkeypatch):
