@@ -5,8 +5,10 @@ message reads and checks the whole dataset archive again and cuts the run's samp
 it. :func:`node_dataset` does that work once per (dataset, image size, ``max-samples``)
 and writes every tensor of the result as a plain ``.npy`` (uint8 images, int64 labels, no
 pickle) under ``<cache>/flower-node/<key>/``, with a ``manifest.json`` holding each file's
-sha256. Later messages open the files with ``mmap_mode="c"``: pages are read when a batch
-touches them, and nothing is copied up front.
+sha256. Later messages map the image and mask files read-only (``mmap_mode="r"``, as
+RowGather views: pages are read when a batch touches them, reads copy, nothing is copied up
+front; a copy-on-write mapping would be charged against memory and refused for a file larger
+than RAM + swap).
 
 Checksums are verified when a file is first opened after it changed: a ``verified.json``
 stamp records each file's size and modification time at its last full check, so an
@@ -23,6 +25,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -147,14 +150,21 @@ def _verify(folder: Path) -> dict[str, Any]:
 
 
 def open_cache(folder: Path) -> DomainDataset:
-    """The cached dataset, its arrays memory-mapped (copy on write)."""
+    """The cached dataset: images and masks memory-mapped read-only, as RowGather views
+    (reads copy, so the files are never written), labels read into memory."""
     manifest = _verify(folder)
 
-    def tensor(domain: int, split: str, field: str) -> torch.Tensor | None:
+    def tensor(domain: int, split: str, field: str) -> Images | None:
         file = f"{domain}-{split}-{field}.npy"
         if file not in manifest["files"]:
             return None
-        return torch.from_numpy(np.load(folder / file, mmap_mode="c", allow_pickle=False))
+        if field == "y":
+            return torch.from_numpy(np.load(folder / file, allow_pickle=False))
+        mapped = np.load(folder / file, mmap_mode="r", allow_pickle=False)
+        with warnings.catch_warnings():  # read-only: only the RowGather reads it
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            stored = torch.from_numpy(mapped)
+        return RowGather.take(stored, torch.arange(len(stored)))
 
     domains = {}
     for index, name in enumerate(manifest["domains"]):
