@@ -25,6 +25,7 @@ distribute them, with the split each entry of :mod:`fedshift.data.catalog` state
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from fedshift.data import cifar, digit_five, elcfs_sets, image_cache, pacs
@@ -78,8 +79,13 @@ def _seed(seed: int, domain: str) -> int:
     return (int(seed) * 1_000_003 + sum(ord(c) * 31**i for i, c in enumerate(domain))) % 2**32
 
 
+def _domain_holdout(seed: int) -> Callable[[list, str], tuple[list, list]]:
+    """``(entries, domain) -> (train, val)``: the seeded ``VAL_FRACTION`` holdout of a domain."""
+    return lambda entries, domain: holdout(entries, VAL_FRACTION, _seed(seed, domain))
+
+
 def _holdout_splits(entries: list[Entry], seed: int, domain: str) -> dict[str, list[Entry]]:
-    train, val = holdout(entries, VAL_FRACTION, _seed(seed, domain))
+    train, val = _domain_holdout(seed)(entries, domain)
     return {"train": train, "val": val}
 
 
@@ -209,7 +215,7 @@ def load_catalog(
             root,
             image_size=size,
             seed=seed,
-            holdout=lambda entries, domain: holdout(entries, VAL_FRACTION, _seed(seed, domain)),
+            holdout=_domain_holdout(seed),
             val_fraction=VAL_FRACTION,
             meta=meta,
             domains=domains,
@@ -221,7 +227,7 @@ def load_catalog(
             root,
             image_size=size,
             seed=seed,
-            holdout=lambda entries, s: holdout(entries, VAL_FRACTION, _seed(s, name)),
+            holdout=_domain_holdout(seed),
             val_fraction=VAL_FRACTION,
             meta=meta,
         )

@@ -132,22 +132,22 @@ def load_cifar(
     *,
     image_size: int,
     seed: int,
-    holdout: Callable[[list, int], tuple[list, list]],
+    holdout: Callable[[list, str], tuple[list, list]],
     val_fraction: float,
     meta: dict,
 ) -> DomainDataset:
     """CIFAR-10 or -100 from ``root/<release folder>`` as one domain named ``name``.
 
-    ``holdout(entries, seed)`` splits ``(row, label)`` entries into (train, val) as the other
-    catalog datasets do; train rows come first in the domain's array, so train and val are
-    views of it."""
+    ``holdout(entries, name)`` splits ``(row, label)`` entries into (train, val) as the other
+    catalog datasets do (seeded per domain); train rows come first in the domain's array, so
+    train and val are views of it."""
     layout = LAYOUTS[name]
     folder = root / layout.folder
     if not folder.is_dir():
         raise DatasetError(f"missing folder {folder} (expected {meta['layout']})")
     train_x, train_y = _read_split(folder, layout.train, layout)
     test_x, test_y = _read_split(folder, layout.test, layout)
-    kept, held = holdout(list(enumerate(train_y.tolist())), seed)
+    kept, held = holdout(list(enumerate(train_y.tolist())), name)
     order = np.asarray([i for i, _ in kept] + [i for i, _ in held], dtype=np.int64)
     pool_x = torch.from_numpy(train_x[order])
     pool_y = torch.from_numpy(train_y[order])
