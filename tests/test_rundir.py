@@ -9,7 +9,14 @@ import json
 import pytest
 
 from fedshift.cli import main
-from fedshift.engine.rundir import LOCK_NAME, RunDirectoryBusy, claim_run_dir
+from fedshift.core.errors import ConfigError
+from fedshift.engine.rundir import (
+    LOCK_NAME,
+    MARKER_NAME,
+    RunDirectoryBusy,
+    claim_run_dir,
+    clear_run_dir,
+)
 from fedshift.engine.sweep import sweep
 
 SMALL = ["client_data_fraction=0.05", "device=cpu"]
@@ -65,3 +72,83 @@ def test_a_second_sweep_skips_the_run_another_process_writes(in_tmp, capsys):
     summaries = sweep(**plan, **options)
     assert [s["seed"] for s in summaries] == [0, 1]
     assert json.loads((busy / "summary.json").read_text())["seed"] == 1
+
+
+def foreign_project(folder):
+    """A user's project folder: sources, a .git, and a config.json of its own."""
+    (folder / ".git").mkdir(parents=True)
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (folder / "src").mkdir()
+    (folder / "src" / "model.py").write_text("print('mine')\n")
+    (folder / "config.json").write_text('{"mine": true}\n')
+    return files_of(folder)
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_out_on_a_foreign_folder_with_a_config_json_is_refused_and_nothing_is_lost(
+    in_tmp, capsys, resume
+):
+    before = foreign_project(in_tmp / "project")
+    argv = ["run", "--rounds", "1", "--quiet", "--out", "project", "--set", SMALL[0]]
+    assert main([*argv, *(["--resume"] if resume else [])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "not a fedshift run directory" in err[0] or "no checkpoint" in err[0], err
+    assert files_of(in_tmp / "project") == before
+    assert sorted(p.name for p in (in_tmp / "project").iterdir()) == [".git", "config.json", "src"]
+
+
+def test_out_dot_in_a_project_folder_is_refused(in_tmp, capsys):
+    before = foreign_project(in_tmp)
+    assert main(["run", "--rounds", "1", "--quiet", "--out", ".", "--set", SMALL[0]]) == 2
+    assert "not a fedshift run directory" in capsys.readouterr().err
+    assert files_of(in_tmp) == before
+
+
+def test_a_run_dir_with_a_foreign_file_beside_its_config_is_not_cleared(in_tmp, capsys):
+    """Even fedshift's own marker does not make a user's file deletable."""
+    (in_tmp / "r").mkdir()
+    (in_tmp / "r" / MARKER_NAME).write_text("")
+    (in_tmp / "r" / "config.json").write_text("{}\n")
+    (in_tmp / "r" / "notes.txt").write_text("keep me\n")
+    assert main(["run", "--rounds", "1", "--quiet", "--out", "r", "--set", SMALL[0]]) == 2
+    assert "notes.txt" in capsys.readouterr().err
+    assert (in_tmp / "r" / "notes.txt").read_text() == "keep me\n"
+    with claim_run_dir(in_tmp / "r"), pytest.raises(ConfigError, match="notes.txt"):
+        clear_run_dir(in_tmp / "r")
+    assert (in_tmp / "r" / "notes.txt").exists()
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_still_started_again(in_tmp, caplog):
+    """The case the clearing exists for: fedshift's own marker, config and metrics only."""
+    run_dir = in_tmp / "r"
+    with claim_run_dir(run_dir):
+        (run_dir / "config.json").write_text("{}\n")
+        (run_dir / "metrics.jsonl").write_text("")
+        (run_dir / "tensorboard").mkdir()
+    argv = ["run", "--rounds", "1", "--quiet", "--out", "r", "--set", SMALL[0], "--set", SMALL[1]]
+    assert main(argv) == 0
+    assert "starting it again from round 1" in caplog.text
+    assert (run_dir / "summary.json").exists() and (run_dir / MARKER_NAME).exists()
+
+
+def test_a_sweep_never_clears_a_foreign_folder_in_its_plan(in_tmp, capsys):
+    before = foreign_project(in_tmp / "sw" / "fedavg-optdigits-s0")
+    plan = dict(algorithms=["fedavg"], targets=["optdigits"], seeds=[0], out="sw")
+    summaries = sweep(**plan, flags={"rounds": 1}, sets=SMALL, progress=False)
+    assert summaries == []
+    assert "not a fedshift run directory" in capsys.readouterr().out
+    assert files_of(in_tmp / "sw" / "fedavg-optdigits-s0") == before
+
+
+def test_run_experiment_as_the_flower_serverapp_calls_it_refuses_a_foreign_out_dir(in_tmp):
+    """The ServerApp's ``out-dir`` goes through the same run_experiment as the CLI."""
+    from fedshift.config import resolve
+    from fedshift.engine.runner import run_experiment
+
+    before = foreign_project(in_tmp / "project")
+    cfg = resolve(None, {"rounds": 1}, SMALL)
+    for resume in (False, True):
+        with pytest.raises(ConfigError, match="not a fedshift run directory"):
+            run_experiment(cfg, "project", resume=resume, progress=False)
+    assert files_of(in_tmp / "project") == before

@@ -251,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedshift.config import resolve, resolve_resume
+    from fedshift.engine.rundir import check_run_dir
     from fedshift.engine.runner import run_experiment
     from fedshift.report.table import format_summary
 
@@ -276,6 +277,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     try:
         if args.resume and args.out:
+            check_run_dir(Path(args.out), resume=True)  # before its config.json is read
             cfg = resolve_resume(args.out, args.config, flags, args.set)
         else:
             cfg = resolve(args.config, flags, args.set)

@@ -11,6 +11,11 @@ a place that cannot be written, or holds something other than a fedshift run (so
 folder is left exactly as it was, without a lock file). Under the lock, :func:`settle_run_dir`
 removes temp files a killed writer left and clears a run that stopped before its first
 checkpoint, so it can simply be started again.
+
+fedshift deletes only what is provably its own: a folder it claims empty (or creates) gets a
+marker file (:data:`MARKER_NAME`) before anything else, and :func:`clear_run_dir` empties a
+folder only when the marker is there and every entry is a name a run writes. A project
+folder that happens to hold a ``config.json`` is refused with one line, never cleared.
 """
 
 from __future__ import annotations
@@ -35,9 +40,26 @@ except ImportError:  # not POSIX: runs go unlocked
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
+MARKER_NAME = ".fedshift-run"
 CHECKPOINT = "checkpoint.pt"
 CONFIG = "config.json"
 SUMMARY = "summary.json"
+
+#: every name a run writes at the top of its directory (temp files match TEMP_FILE)
+OWN_NAMES = frozenset(
+    {
+        LOCK_NAME,
+        MARKER_NAME,
+        CONFIG,
+        SUMMARY,
+        CHECKPOINT,
+        "checkpoint.prev.pt",
+        "metrics.jsonl",
+        "tensorboard",
+        "wandb",
+        "mlflow.db",
+    }
+)
 
 #: run directories this process holds, with how many nested claims hold each
 _held: dict[Path, int] = {}
@@ -74,6 +96,8 @@ def claim_run_dir(run_dir: Path) -> Iterator[None]:
                     f"run directory {run_dir} is in use by another fedshift process "
                     f"(it holds {LOCK_NAME}); wait for it to finish or use another --out"
                 ) from None
+        if not run_dir_contents(key):  # new or empty: from now on provably a run's folder
+            (key / MARKER_NAME).write_text("a fedshift run directory\n")
         _held[key] = 1
         try:
             yield
@@ -84,12 +108,25 @@ def claim_run_dir(run_dir: Path) -> Iterator[None]:
 
 
 def run_dir_contents(run_dir: Path) -> list[Path]:
-    """What the directory holds besides its lock file."""
-    return [p for p in Path(run_dir).iterdir() if p.name != LOCK_NAME]
+    """What the directory holds besides its lock file and marker."""
+    return [p for p in Path(run_dir).iterdir() if p.name not in (LOCK_NAME, MARKER_NAME)]
+
+
+def foreign_entries(run_dir: Path) -> list[str]:
+    """Names in ``run_dir`` that no fedshift run writes, sorted; every name when the folder
+    lacks the marker a run writes first (then nothing in it is provably fedshift's)."""
+    names = sorted(p.name for p in Path(run_dir).iterdir())
+    if MARKER_NAME not in names:
+        return [name for name in names if name != LOCK_NAME]
+    return [n for n in names if n not in OWN_NAMES and not TEMP_FILE.match(n)]
 
 
 def clear_run_dir(run_dir: Path) -> None:
-    """Empty a claimed run directory, keeping the lock file its claim holds."""
+    """Empty a claimed run directory, keeping its lock and marker; refuses (ConfigError) a
+    folder holding anything fedshift did not write, so nothing of a user's is deleted."""
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        raise ConfigError(not_a_run_dir(run_dir, foreign))
     for path in run_dir_contents(run_dir):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -129,11 +166,34 @@ def read_summary(path: str | Path) -> dict[str, Any] | None:
     return summary
 
 
+def not_a_run_dir(run_dir: Path, foreign: list[str]) -> str:
+    """The one-line refusal of a folder that is not provably a fedshift run directory."""
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    return (
+        f"--out {run_dir} is not a fedshift run directory (it holds {shown}, which fedshift "
+        "did not write); nothing was changed: give a new or empty folder"
+    )
+
+
+def refuse_foreign(run_dir: Path) -> None:
+    """Refuse (ConfigError, touching nothing) an existing folder without a checkpoint that
+    holds anything fedshift did not write: the only kind of run folder fedshift ever clears
+    is one that is provably its own."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir() or has_checkpoint(run_dir, CHECKPOINT):
+        return
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        raise ConfigError(not_a_run_dir(run_dir, foreign))
+
+
 def never_checkpointed(run_dir: Path) -> bool:
-    """A fedshift run that stopped before its first checkpoint: its ``config.json`` is
-    there, no checkpoint and no summary. Nothing in it is worth keeping."""
+    """A fedshift run that stopped before its first checkpoint: its marker and
+    ``config.json`` are there, nothing but a run's own files, no checkpoint and no summary.
+    Nothing in it is worth keeping."""
     return (
         (run_dir / CONFIG).is_file()
+        and not foreign_entries(run_dir)
         and not has_checkpoint(run_dir, CHECKPOINT)
         and not (run_dir / SUMMARY).exists()
     )
@@ -166,6 +226,8 @@ def check_run_dir(run_dir: Path, *, resume: bool) -> None:
             raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")
         return
     contents = run_dir_contents(run_dir)
+    if (run_dir / CONFIG).is_file():
+        refuse_foreign(run_dir)
     if resume:
         if not has_checkpoint(run_dir) and not never_checkpointed(run_dir):
             raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")

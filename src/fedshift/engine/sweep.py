@@ -37,6 +37,7 @@ from fedshift.engine.rundir import (
     claim_run_dir,
     clear_run_dir,
     read_summary,
+    refuse_foreign,
     unwritable_ancestor,
 )
 from fedshift.engine.runner import run_experiment
@@ -291,6 +292,8 @@ def execute(run: PlannedRun, progress: bool = False) -> RunOutcome:
     start = time.perf_counter()
     run_dir = run.run_dir
     try:
+        if not (run.read_back and (run_dir / "summary.json").exists()):
+            refuse_foreign(run_dir)  # before the claim adds its lock file
         with claim_run_dir(run_dir):
             found = run.read_back and (run_dir / "summary.json").exists()
             done = read_summary(run_dir) if found else None
