@@ -58,8 +58,39 @@ def test_withheld_classes_are_absent_and_prototypes_are_clipped():
     counts = {0: 10, 1: 5, 2: 2}
     kept, kept_counts = withhold_and_clip_prototypes(protos, counts, clip=1.0, min_count=5)
     assert sorted(kept) == [0, 1] and kept_counts == {0: 10, 1: 5}
-    assert torch.allclose(kept[0], torch.tensor([0.6, 0.8]))
-    assert torch.equal(kept[1], protos[1])
+    scale = 1.0 / math.sqrt(6.0**2 + 8.0**2 + 0.3**2 + 0.4**2)  # the set is clipped as one
+    assert torch.allclose(kept[0], protos[0] * scale)
+    assert torch.allclose(kept[1], protos[1] * scale)
+    small = withhold_and_clip_prototypes({0: protos[1]}, {0: 9}, clip=1.0, min_count=5)[0]
+    assert torch.equal(small[0], protos[1])  # inside the ball: unchanged
+
+
+def release_sums(tables, clip):
+    """The noiseless release on the per-class sums (mean · n_c), as one vector per class."""
+    means = private_prototype_mean(tables, clip, 0.0, torch.Generator())
+    senders = {c: sum(c in t for t in tables) for c in means}
+    return {c: means[c].double() * senders[c] for c in means}
+
+
+@pytest.mark.parametrize("classes", [3, 10])
+def test_one_client_moves_a_prototype_release_by_at_most_the_clip_norm(classes):
+    """The sensitivity the accountant assumes, computed directly: adding one adversarial
+    client (every class, every prototype far outside the ball, as it would send when it
+    skips clipping) moves the release — all classes as one vector — by at most C."""
+    gen = torch.Generator().manual_seed(3)
+    clip, dim = 1.5, 16
+    others = [
+        {c: torch.randn(dim, generator=gen) for c in range(classes) if (c + i) % 3}
+        for i in range(4)
+    ]
+    attacker = {c: 1e3 * torch.randn(dim, generator=gen) for c in range(classes)}
+    without, with_ = release_sums(others, clip), release_sums([*others, attacker], clip)
+    moved = sum(
+        float((with_[c] - without.get(c, torch.zeros(dim, dtype=torch.float64))).square().sum())
+        for c in with_
+    )
+    assert math.sqrt(moved) <= clip * (1 + 1e-6)  # the release is float32
+    assert math.sqrt(moved) > 0.99 * clip  # the attacker's whole budget, not less
 
 
 def test_prototype_mean_noise_scale_and_server_side_clipping():
@@ -70,6 +101,11 @@ def test_prototype_mean_noise_scale_and_server_side_clipping():
     assert abs(float(out[1].std()) / 2.0 - 1) < 0.02  # class 1: n_c = 1
     exact = private_prototype_mean([{3: torch.tensor([30.0, 40.0])}], 1.0, 0.0, torch.Generator())
     assert torch.allclose(exact[3], torch.tensor([0.6, 0.8]))
+    both = private_prototype_mean(
+        [{0: torch.tensor([3.0, 0.0]), 1: torch.tensor([0.0, 4.0])}], 1.0, 0.0, torch.Generator()
+    )
+    assert torch.allclose(both[0], torch.tensor([0.6, 0.0]))  # server re-clips the set jointly
+    assert torch.allclose(both[1], torch.tensor([0.0, 0.8]))
 
 
 def test_accountant_matches_opacus_and_survives_a_checkpoint():

@@ -9,9 +9,13 @@ multiplier ``z`` is relative to it. Integer buffers (BatchNorm ``num_batches_tra
 no information about the data beyond the round count and keep the global value.
 
 ``PROTOTYPE`` replies: a client withholds every class it holds fewer than ``min_count``
-examples of (a prototype of very few images is close to those images), clips each class
-prototype to norm ``C``; the server averages each class uniformly over the ``n_c`` clients
-that sent it and adds noise of standard deviation ``z · C / n_c``.
+examples of (a prototype of very few images is close to those images) and clips its whole
+set of prototypes JOINTLY to norm ``C`` (all classes as one vector: a client sending ``k``
+prototypes each clipped to ``C`` alone would move the release by up to ``√k · C``, and the
+accountant's ε would be too small); the server clips each client's set jointly again,
+averages each class uniformly over the ``n_c`` clients that sent it and adds noise of
+standard deviation ``z · C / n_c``. On the per-class sums that is noise ``z · C`` against a
+sensitivity of ``C``, so the accountant's multiplier ``z`` is the release's true one.
 
 The privacy loss of the run is tracked with Opacus's RDP accountant: one step per round with
 sampling rate ``sampled clients / all clients`` and noise multiplier ``z``, ε reported at the
@@ -100,17 +104,23 @@ def withhold_and_clip_prototypes(
     clip: float,
     min_count: int,
 ) -> tuple[dict[int, torch.Tensor], dict[int, int]]:
-    """The client side: drop classes with fewer than ``min_count`` examples, clip each
-    remaining prototype to norm ``clip``."""
-    kept_protos, kept_counts = {}, {}
-    for label, proto in prototypes.items():
-        if counts.get(label, 0) < min_count:
-            continue
-        norm = float(proto.detach().to(torch.float64).norm())
-        scale = min(1.0, clip / norm) if norm > 0 else 1.0
-        kept_protos[label] = (proto.detach().to(torch.float64) * scale).to(proto.dtype)
-        kept_counts[label] = int(counts[label])
-    return kept_protos, kept_counts
+    """The client side: drop classes with fewer than ``min_count`` examples, clip the
+    remaining prototypes jointly to norm ``clip``."""
+    kept = {label: p for label, p in prototypes.items() if counts.get(label, 0) >= min_count}
+    clipped = clip_prototype_set(kept, clip)
+    kept_protos = {label: clipped[label].to(proto.dtype) for label, proto in kept.items()}
+    return kept_protos, {label: int(counts[label]) for label in kept}
+
+
+def clip_prototype_set(table: Mapping[int, torch.Tensor], clip: float) -> dict[int, torch.Tensor]:
+    """One client's prototypes (float64) scaled together by ``min(1, C / ‖(p_1, …, p_k)‖)``:
+    the set's norm, all classes as one vector, is at most ``clip``."""
+    if clip <= 0:
+        raise ValueError(f"clip must be positive, got {clip}")
+    values = {label: proto.detach().to(torch.float64) for label, proto in table.items()}
+    norm = math.sqrt(sum(float(v.square().sum()) for v in values.values()))
+    scale = min(1.0, clip / norm) if norm > 0 else 1.0
+    return {label: value * scale for label, value in values.items()}
 
 
 def private_prototype_mean(
@@ -120,16 +130,12 @@ def private_prototype_mean(
     generator: torch.Generator,
 ) -> dict[int, torch.Tensor]:
     """The server side: per class, the uniform mean of the (clipped) prototypes of the
-    ``n_c`` clients that sent one, plus ``N(0, (z·C/n_c)²)``. Prototypes are clipped again,
-    so a client that skipped clipping gains nothing."""
+    ``n_c`` clients that sent one, plus ``N(0, (z·C/n_c)²)``. Each client's set is clipped
+    jointly again, so a client that skipped clipping gains nothing."""
     sums: dict[int, torch.Tensor] = {}
     senders: dict[int, int] = {}
     for table in tables:
-        for label, proto in table.items():
-            value = proto.detach().to(torch.float64)
-            norm = float(value.norm())
-            if norm > clip:
-                value = value * (clip / norm)
+        for label, value in clip_prototype_set(table, clip).items():
             sums[label] = sums.get(label, 0) + value
             senders[label] = senders.get(label, 0) + 1
     out = {}
