@@ -3,10 +3,12 @@ and a run reporting min-IDD model selection."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import msst_cfg, read_history
 from torch import nn
 
@@ -146,6 +148,14 @@ def _model_reply(prefix_tensors: dict[str, float], **metrics) -> Record:
     return Record(arrays=arrays, metrics={"num-examples": 10, **metrics})
 
 
+def _target_reply(generator: float, heads: tuple[float, float], **metrics) -> Record:
+    """The target's reply: G_t and both heads (with the target's BN statistics)."""
+    reply = _model_reply({"backbone.w": generator}, **metrics)
+    for i, value in enumerate(heads):
+        reply.arrays[f"heads.{i}.head.b"] = torch.tensor([value])
+    return reply
+
+
 def _fact(cls=FACT) -> FACT:
     return cls(cls.Hparams(), run=None)
 
@@ -161,7 +171,7 @@ def test_fact_round_aggregates_as_the_paper_says():
                 0: _model_reply({"head.b": 10.0}, loss=0.5),
                 2: _model_reply({"head.b": 20.0}, loss=0.5),
             },
-            "idd": {3: _model_reply({"backbone.w": 7.0}, idd=0.125)},
+            "idd": {3: _target_reply(7.0, (11.0, 21.0), idd=0.125)},
         }
     )
     state = ServerState(model={"backbone.w": torch.tensor([0.0]), "head.b": torch.tensor([0.0])})
@@ -175,9 +185,10 @@ def test_fact_round_aggregates_as_the_paper_says():
     sent = fed.calls[2][2].arrays
     assert sent["model.backbone.w"].item() == 2.0
     assert sent["heads.0.head.b"].item() == 10.0 and sent["heads.1.head.b"].item() == 20.0
-    # new global: G = G_t, F = mean of the fine-tuned heads
+    # new global: G = G_t, F = mean of the heads as the target returned them
     assert state.model["backbone.w"].item() == 7.0
-    assert state.model["head.b"].item() == 15.0
+    assert state.model["head.b"].item() == 16.0
+    assert [h["head.b"].item() for h in state.extra["heads"]] == [11.0, 21.0]
     assert metrics["selection_score"] == metrics["idd"] == 0.125
     assert metrics["train_loss"] == 2.0
 
@@ -189,7 +200,7 @@ def test_fact_nf_skips_finetuning_and_averages_trained_heads():
                 0: _model_reply({"backbone.w": 1.0, "head.b": 4.0}, loss=1.0),
                 2: _model_reply({"backbone.w": 5.0, "head.b": 8.0}, loss=1.0),
             },
-            "idd": {3: _model_reply({"backbone.w": -1.0}, idd=0.5)},
+            "idd": {3: _target_reply(-1.0, (4.0, 8.0), idd=0.5)},
         }
     )
     state = ServerState(model={"backbone.w": torch.tensor([0.0]), "head.b": torch.tensor([0.0])})
@@ -227,4 +238,64 @@ def test_fact_nf_run_reports_min_idd_selection(tmp_path, tiny_digits):
     best = min(history, key=lambda h: h["selection_score"])
     assert summary["min_idd_round"] == best["round"]
     assert summary["target_accuracy_min_idd"] == best["target_accuracy"]
-    assert summary["bytes_up"] > 0 and summary["bytes_down"] > summary["bytes_up"]
+    # FACT-NF moves (G, F) down and up at each source, (G', F1, F2) down and (G_t, F1, F2)
+    # up at the target (the official target returns both heads): as many bytes each way
+    assert summary["bytes_up"] > 0 and summary["bytes_down"] == summary["bytes_up"]
+
+
+def test_fact_target_step_equals_the_official_step(tiny_digits):
+    """The ``idd`` task against the official client's ``_train_at_target_data`` written out
+    in plain PyTorch on the same inputs: G and both heads in training mode (dropout on, the
+    heads' BatchNorm statistics adapting), SGD (momentum 0.9, weight decay 5e-4) on G only,
+    the official discrepancy; G_t and both heads come back with the target's statistics."""
+    exp = prepare(msst_cfg("fact", rounds=1, local_epochs=1), dataset=tiny_digits)
+    algo, ctx = exp.algorithm, exp.contexts[max(exp.contexts)]
+    assert ctx.role == "target"
+    torch.manual_seed(11)
+    model = ctx.build_model()
+    torch.manual_seed(12)
+    other = ctx.build_model()  # a second, different head (as two sources would send)
+    generator, first = split_generator_head(model.state_dict())
+    _, second = split_generator_head(other.state_dict())
+    sent = Record().with_arrays("model", generator)
+    sent.with_arrays("heads.0", first).with_arrays("heads.1", second)
+    rng_state = ctx.rng.get_state()
+
+    torch.manual_seed(5)  # dropout's stream
+    reply = algo.run_task("idd", ctx, sent)
+
+    # the official step, by hand
+    ctx.rng.set_state(rng_state)
+    g = copy.deepcopy(model.backbone).train()
+    c1 = copy.deepcopy(model.head).train()
+    c2 = copy.deepcopy(other.head).train()
+    opt_g = torch.optim.SGD(g.parameters(), lr=algo.hp.lr, momentum=0.9, weight_decay=0.0005)
+    opt_c1 = torch.optim.SGD(c1.parameters(), lr=algo.hp.lr, momentum=0.9, weight_decay=0.0005)
+    opt_c2 = torch.optim.SGD(c2.parameters(), lr=algo.hp.lr, momentum=0.9, weight_decay=0.0005)
+    torch.manual_seed(5)
+    discrepancies = []
+    for x, _ in ctx.train.batches(algo.hp.batch_size, ctx.rng, labels=False):
+        if len(x) < 2:
+            continue
+        feat = g(x)
+        out1, out2 = c1(feat), c2(feat)
+        loss = torch.mean(torch.abs(F.softmax(out1, dim=1) - F.softmax(out2, dim=1)))
+        loss.backward()
+        opt_g.step()
+        for opt in (opt_g, opt_c1, opt_c2):
+            opt.zero_grad()
+        discrepancies.append(float(loss))
+
+    def same(got: dict, want: dict) -> None:
+        assert set(got) == set(want)
+        for key, value in want.items():
+            assert torch.allclose(got[key].float(), value.float(), atol=1e-6), key
+
+    same(reply.subset("model"), {f"backbone.{k}": v for k, v in g.state_dict().items()})
+    same(reply.subset("heads.0"), {f"head.{k}": v for k, v in c1.state_dict().items()})
+    same(reply.subset("heads.1"), {f"head.{k}": v for k, v in c2.state_dict().items()})
+    assert reply.metrics["idd"] == pytest.approx(sum(discrepancies) / len(discrepancies))
+    # the heads' weights as sent, their BatchNorm statistics moved to the target's
+    assert torch.equal(reply.subset("heads.0")["head.fc1.weight"], first["head.fc1.weight"])
+    moved = [k for k in first if "running_mean" in k]
+    assert moved and all(not torch.equal(reply.subset("heads.0")[k], first[k]) for k in moved)

@@ -126,8 +126,10 @@ class FACT(Algorithm):
     sources fine-tunes its own head on the frozen G' (an extra transfer of G' down to both
     sources — the communication cost FACT-NF avoids); (4) the target client receives G' and
     both heads and minimizes the inter-domain distance IDD = mean |softmax(F1(G(x_t))) −
-    softmax(F2(G(x_t)))| with respect to G only, heads frozen; (5) its G_t becomes the new
-    global G and the two heads are averaged into the new global F. The round's IDD (mean over
+    softmax(F2(G(x_t)))| with respect to G only (heads in training mode, as the official
+    code: their BN statistics adapt to the target, their weights do not step), and returns
+    G_t with both heads; (5) G_t becomes the new global G and the two heads the target
+    returned are averaged into the new global F. The round's IDD (mean over
     the target's batches) is reported as ``selection_score``: the summary's
     ``target_accuracy_min_idd`` is the target accuracy of the round with minimal IDD, FACT's
     label-free model selection. ``algo.adapt_target=false`` skips step (4) — an ablation
@@ -144,12 +146,17 @@ class FACT(Algorithm):
     Deviation notes: (a) the official clients keep one SGD optimizer for the whole run, so
     momentum buffers survive across rounds although the weights are re-initialized from the
     server; here each client task starts a fresh optimizer (no momentum carried over).
-    (b) The official target returns its two (unchanged) heads with G_t; here the heads stay
-    frozen in eval mode on the target and the server averages the copies it already received,
-    so only G_t travels back (same result, fewer bytes). (c) The official evaluation script
-    skips the first ``int(0.1·epochs)`` rounds when taking the minimum IDD — 0 with its
-    epochs=1 — so min-IDD selection here considers every evaluated round. (d) With fewer than
-    two sources replying (failure policy), the round keeps the previous global model.
+    (b) none any more for the target step: as in the official code the target runs G and both
+    heads in training mode (dropout active, the heads' BatchNorm statistics adapting to the
+    target; only G's parameters step), returns G_t with both heads, and the new global F is
+    the mean of the heads the target returned — their parameters as sent, their BN
+    statistics the target's. (Until 2026-11-26 the heads ran frozen in eval mode and only G_t
+    came back; with the multi-layer head of ``fact-cnn`` that changed the generator's update,
+    the IDD that drives min-IDD selection and the BN statistics that score the target.)
+    (c) The official evaluation script skips the first ``int(0.1·epochs)`` rounds when
+    taking the minimum IDD — 0 with its epochs=1 — so min-IDD selection here considers
+    every evaluated round. (d) With fewer than two sources replying (failure policy), the
+    round keeps the previous global model.
     (e) The official heads end in a Softmax, and its cross-entropy and IDD take those
     probabilities: CE is applied to a softmax of probabilities and the IDD compares
     softmax(softmax(·)), whose values stay within a factor e of uniform, so the official
@@ -171,7 +178,7 @@ class FACT(Algorithm):
     name = "fact"
     paper = "Schrod et al., FACT: Federated Adversarial Cross Training, arXiv:2306.00607, 2023"
     Hparams = FACTHparams
-    shares = {"model": Kind.MODEL}
+    shares = {"model": Kind.MODEL, "heads": Kind.MODEL}
     protocols = ("msst",)
     default_model = "fact-cnn"
     selection = "min_idd"
@@ -197,7 +204,8 @@ class FACT(Algorithm):
         3. each source fine-tunes its head on G' (FACT-NF skips this);
         4. the target minimizes the IDD of the two heads w.r.t. G (unless
            ``adapt_target=false``);
-        5. G_t (or G') and the mean of the two heads become the global model.
+        5. G_t (or G') and the mean of the two heads (as the target returned them, else as
+           the sources sent them) become the global model.
         """
         if len(fed.clients("source")) < 2 or not fed.clients("target"):
             raise RuntimeError("FACT needs at least two source clients and a target client")
@@ -230,6 +238,9 @@ class FACT(Algorithm):
             if not adapted:
                 return state, metrics
             generator = aggregate_generators([r.subset("model") for r in adapted.values()])
+            heads = [  # the heads as the target returned them: its BN statistics
+                mean([r.subset(f"heads.{i}") for r in adapted.values()]) for i in (0, 1)
+            ]
             idd = sum(float(r.metrics["idd"]) for r in adapted.values()) / len(adapted)
             metrics.update(idd=idd, selection_score=idd)
         # 5. the new global model
@@ -275,7 +286,8 @@ class FACT(Algorithm):
         return epoch
 
     def reply_schema(self, task: str, sent: Record) -> ReplySchema:
-        """``train``: G and (unless kept on the client) F; ``finetune``: F only; ``idd``: G."""
+        """``train``: G and (unless kept on the client) F; ``finetune``: F only; ``idd``: G
+        and both heads, as sent (the default echo of the MODEL shares)."""
         if task not in ("train", "finetune"):
             return super().reply_schema(task, sent)
         if not hasattr(self, "_parts"):
@@ -335,15 +347,15 @@ class FACT(Algorithm):
 
     @client_task("idd")
     def minimize_idd(self, ctx: ClientContext, record: Record) -> Record:
-        """Target step: minimize IDD of the two frozen heads w.r.t. G on unlabeled data."""
+        """Target step, as the official client: G and both heads in training mode on the
+        unlabeled target data, SGD on G's parameters only to minimize the IDD; replies G_t
+        and both heads (their BatchNorm statistics now the target's)."""
         model = ctx.build_model()
         model.load_state_dict({**record.subset("model"), **record.subset("heads.0")})
         second_head = copy.deepcopy(model.head)
         second_head.load_state_dict(_without_prefix(record.subset("heads.1"), "head."))
-        model.to(ctx.device)
-        second_head.to(ctx.device).eval()
-        model.backbone.train()
-        model.head.eval()
+        model.to(ctx.device).train()
+        second_head.to(ctx.device).train()
         for param in [*model.head.parameters(), *second_head.parameters()]:
             param.requires_grad_(False)
         optimizer = self._sgd(model.backbone.parameters(), ctx)
@@ -371,7 +383,9 @@ class FACT(Algorithm):
             ),
             idd_loss,
         )
-        generator, _ = split_generator_head(state_dict_cpu(model))
+        generator, first = split_generator_head(state_dict_cpu(model))
+        second = {f"head.{k}": v for k, v in state_dict_cpu(second_head).items()}
         reply = Record().with_arrays("model", generator)
+        reply.with_arrays("heads.0", first).with_arrays("heads.1", second)
         reply.metrics.update(local_metrics(ctx, seen), idd=idd_total / max(idd_batches, 1))
         return reply
