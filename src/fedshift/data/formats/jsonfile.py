@@ -13,8 +13,10 @@ from fedshift.core.errors import DatasetError
 MAX_JSON_BYTES = 1 << 30
 
 
-def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
-    """The parsed content of ``path``; a missing, oversized or malformed file raises."""
+def read_json(path: Path) -> Any:
+    """The parsed content of ``path``; a missing, oversized (above :data:`MAX_JSON_BYTES`)
+    or malformed file raises."""
+    limit = MAX_JSON_BYTES
     if not path.is_file():
         raise DatasetError(f"missing file {path}")
     size = path.stat().st_size
