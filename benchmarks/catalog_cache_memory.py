@@ -45,7 +45,7 @@ def measure(root: str, size: int, mode: str, cache_dir: str) -> dict:
     """Run in a subprocess: load (or not) and report the peak RSS in MiB and the seconds."""
     import resource
 
-    from fedshift.data.catalog_loaders import load_catalog
+    from fedshift.data.catalog import load_catalog
 
     start = time.perf_counter()
     if mode != "imports":

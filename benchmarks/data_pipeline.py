@@ -137,7 +137,7 @@ def fedshift_pipeline(root: Path, cache: Path, size: int, batch: int, augmented:
 
     from fedshift.core.context import SplitView
     from fedshift.data.augment import DomainBedAugment
-    from fedshift.data.catalog_loaders import load_catalog
+    from fedshift.data.catalog import load_catalog
 
     start = time.perf_counter()
     ds = load_catalog("pacs", root, image_size=size, cache_dir=str(cache))

@@ -11,7 +11,7 @@ import torch
 
 from fedshift.cli import main
 from fedshift.data import DatasetError, load_dataset
-from fedshift.data.cifar import CIFAR10_CLASSES
+from fedshift.data.catalog.cifar import CIFAR10_CLASSES
 
 PER_CLASS_PER_FILE = 2
 

@@ -21,8 +21,8 @@ from scipy.io import savemat
 
 from fedshift.cli import main
 from fedshift.data import DatasetError, load_dataset
-from fedshift.data import digit_five as d5
 from fedshift.data.catalog import CATALOG, check_dataset
+from fedshift.data.catalog import digit_five as d5
 from fedshift.data.lists import holdout
 
 TRAIN_PER_CLASS = 4

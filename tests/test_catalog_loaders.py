@@ -17,8 +17,7 @@ from PIL import Image
 from fedshift.cli import main
 from fedshift.core.split import dense
 from fedshift.data import DatasetError, load_dataset
-from fedshift.data.catalog import CATALOG, DOMAINNET10_CLASSES, check_dataset
-from fedshift.data.catalog_loaders import FOLDER_DATASETS
+from fedshift.data.catalog import CATALOG, DOMAINNET10_CLASSES, FOLDER_DATASETS, check_dataset
 
 
 @pytest.fixture(autouse=True)
@@ -389,7 +388,7 @@ def _same_pixels(a, b) -> None:
 
 def test_image_cache_maps_the_eagerly_decoded_pixels(tmp_path, image_cache, monkeypatch):
     from fedshift.data import lists
-    from fedshift.data.catalog_loaders import load_catalog
+    from fedshift.data.catalog import load_catalog
 
     _folder_tree("vlcs", tmp_path / "data")
     eager = load_catalog("vlcs", tmp_path / "data", image_size=8, cache=False)
@@ -414,7 +413,7 @@ def test_image_cache_maps_the_eagerly_decoded_pixels(tmp_path, image_cache, monk
 
 
 def test_corrupt_or_unwritable_image_cache_is_rebuilt_with_a_warning(tmp_path, image_cache):
-    from fedshift.data.catalog_loaders import load_catalog
+    from fedshift.data.catalog import load_catalog
 
     _folder_tree("office-caltech10", tmp_path / "data")
     eager = load_catalog("office-caltech10", tmp_path / "data", image_size=8, cache=False)

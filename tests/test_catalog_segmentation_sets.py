@@ -15,7 +15,7 @@ from fedshift.cli import main
 from fedshift.core.split import Split
 from fedshift.data import DatasetError, load_dataset
 from fedshift.data.catalog import CATALOG, check_dataset
-from fedshift.data.elcfs_sets import FUNDUS, PROSTATE
+from fedshift.data.catalog.elcfs import FUNDUS, PROSTATE
 from fedshift.eval.segmentation import (
     channel_targets,
     dice,
@@ -66,7 +66,7 @@ def _fundus_tree(root: Path) -> Path:
 
 def _prostate_tree(root: Path) -> Path:
     rng = np.random.default_rng(0)
-    for site in PROSTATE.sites:
+    for site in PROSTATE.domains:
         folder = root / site
         folder.mkdir(parents=True)
         for i in range(PROSTATE_FILES):
@@ -102,7 +102,7 @@ class IgnoredModel(torch.nn.Module):
 
 
 def test_catalog_lists_both_sets_with_their_layout(capsys):
-    assert CATALOG["fundus"].domains == FUNDUS.sites
+    assert CATALOG["fundus"].domains == FUNDUS.domains
     assert CATALOG["prostate"].domains == ("BIDMC", "HK", "I2CVB", "ISBI", "ISBI_1.5", "UCL")
     assert CATALOG["fundus"].official_totals == {
         "client1": 101,

@@ -1,7 +1,6 @@
-"""Load an on-disk multi-domain image dataset laid out as ``ROOT/<domain>/<class>/<image>``.
-
-This is the layout of PACS, OfficeHome, VLCS, Office-Caltech10, DomainNet (per domain), etc.
-"""
+"""The plain folder fallback: a user's own ``ROOT/<domain>/<class>/<image>`` tree (any domain
+and class names), read with the same image reader as the catalog's class-folder datasets
+(:mod:`fedshift.data.formats.images`) and split per domain train / val / test, seeded."""
 
 from __future__ import annotations
 
@@ -14,39 +13,13 @@ import numpy as np
 import torch
 
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.formats.images import IMAGE_SUFFIXES, image_files, read_image
 
-IMAGE_EXTENSIONS = frozenset(
-    {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
-)
 _LAYOUT = "ROOT/<domain>/<class>/<image>"
 
 
 def _subdirs(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def _images(path: Path) -> list[Path]:
-    return sorted(
-        p
-        for p in path.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
-    )
-
-
-def read_image(path: Path, size: int) -> np.ndarray:
-    """An image file as a ``(3, size, size)`` uint8 array; unreadable files raise."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            im.draft("RGB", (size, size))  # fast JPEG downscale-on-decode; no-op otherwise
-            rgb = im.convert("RGB")
-            if rgb.size != (size, size):
-                rgb = rgb.resize((size, size), Image.Resampling.BILINEAR)
-            arr = np.asarray(rgb, dtype=np.uint8)
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as exc:
-        raise DatasetError(f"unreadable image file {path}: {exc}") from None
-    return arr.transpose(2, 0, 1)
 
 
 def _split_indices(
@@ -107,9 +80,9 @@ def load_folder_dataset(
             raise DatasetError(f"domain folder {ddir} has no class folders (expected {_LAYOUT})")
         per_class: dict[str, list[Path]] = {}
         for cdir in class_dirs:
-            imgs = _images(cdir)
+            imgs = image_files(cdir)
             if not imgs:
-                exts = ", ".join(sorted(IMAGE_EXTENSIONS))
+                exts = ", ".join(sorted(IMAGE_SUFFIXES))
                 raise DatasetError(f"class folder {cdir} contains no image files ({exts})")
             per_class[cdir.name] = imgs
         files[ddir.name] = per_class

@@ -21,7 +21,7 @@ import torch
 from fedshift.core.split import RowGather
 from fedshift.data import image_cache
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
-from fedshift.data.folder import IMAGE_EXTENSIONS, read_image
+from fedshift.data.formats.images import image_files, read_image
 
 Entry = tuple[Path, int]
 SPLITS = ("train", "val", "test")
@@ -133,15 +133,8 @@ def folder_entries(domain_dir: Path, classes: Sequence[str]) -> list[Entry]:
     entries = []
     for label, name in enumerate(classes):
         folder = domain_dir / name
-        if not folder.is_dir():
-            continue
-        for dirpath, dirs, files in os.walk(folder):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            entries.extend(
-                (Path(dirpath) / f, label)
-                for f in sorted(files)
-                if not f.startswith(".") and Path(f).suffix.lower() in IMAGE_EXTENSIONS
-            )
+        if folder.is_dir():
+            entries.extend((path, label) for path in image_files(folder))
     if not entries:
         raise DatasetError(f"domain folder {domain_dir} holds no image in a class folder")
     return entries

@@ -9,10 +9,11 @@ import torch
 
 from fedshift.core.split import dense
 from fedshift.data import digits
-from fedshift.data.catalog_loaders import RUNNABLE, load_catalog
+from fedshift.data.catalog import RUNNABLE, load_catalog
 from fedshift.data.custom import load_custom_dataset
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import load_folder_dataset
+from fedshift.data.formats.images import resize_uint8
 
 DATASETS: dict[str, str] = {digits.NAME: digits.DESCRIPTION}
 
@@ -29,10 +30,7 @@ def _resize_split(split: Split, size: int) -> Split:
         x = split.x.new_zeros((0, split.x.shape[1], size, size))
         m = None if split.mask is None else split.mask.new_zeros((0, size, size))
         return Split(x=x, y=split.y, mask=m)
-    x = torch.nn.functional.interpolate(
-        split.x.float(), size=(size, size), mode="bilinear", align_corners=False, antialias=True
-    )
-    x = x.round().clamp(0, 255).to(torch.uint8)
+    x = resize_uint8(split.x, size)
     mask = None
     if split.mask is not None:
         mask = torch.nn.functional.interpolate(

@@ -26,8 +26,8 @@ from fedshift.core.split import Images
 from fedshift.core.version import __version__
 from fedshift.data import load_dataset
 from fedshift.data.augment import Augment, build_augment, resolve_augment
+from fedshift.data.catalog.elcfs import SETS as SEGMENTATION_SETS
 from fedshift.data.domains import DomainDataset
-from fedshift.data.elcfs_sets import SETS as SEGMENTATION_SETS
 from fedshift.engine.protocols import build_scenario
 from fedshift.engine.scenario import Scenario, server_images
 from fedshift.eval.segmentation import check_masks

@@ -39,49 +39,19 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.data import image_cache
-from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
-from fedshift.data.lists import holdout
+from fedshift.data.catalog.base import (
+    CatalogDataset,
+    Counts,
+    LoadOptions,
+    domain_holdout,
+    pooled_domain,
+)
+from fedshift.data.domains import DatasetError, DomainDataset
+from fedshift.data.lists import VAL_FRACTION, holdout
 
 #: the release's image side (``volume_size``: ``[384, 384, 3]`` in ``train_ELCFS.py``,
 #: ``[384, 384, 1]`` in ``test_ELCFS.py``)
 RESOLUTION = 384
-#: the share of each site's files held out as val (the catalog's DomainBed fraction)
-VAL_FRACTION = 0.2
-
-
-@dataclass(frozen=True)
-class ElcfsSet:
-    """How one ELCFS set is laid out and what its arrays hold."""
-
-    name: str
-    sites: tuple[str, ...]
-    layout: str
-    image_channels: int
-    mask_channels: tuple[str, ...]  # nested: channel c is ``label > c``
-    official_counts: dict[str, int]
-    npy_folder: str  # the sub-folder of a site holding the files ("" for the site itself)
-
-
-FUNDUS = ElcfsSet(
-    "fundus",
-    ("client1", "client2", "client3", "client4"),
-    "ROOT/client{1..4}/data_npy/*.npy, each H×W×5: RGB 0..255, disc mask, cup mask (0/1)",
-    3,
-    ("disc", "cup"),
-    {"client1": 101, "client2": 159, "client3": 400, "client4": 400},
-    "data_npy",
-)
-PROSTATE = ElcfsSet(
-    "prostate",
-    ("BIDMC", "HK", "I2CVB", "ISBI", "ISBI_1.5", "UCL"),
-    "ROOT/<site>/*.npy (or ROOT/<site>/data_npy/*.npy) for sites BIDMC, HK, I2CVB, ISBI, "
-    "ISBI_1.5, UCL; each H×W×2: image, prostate mask (0/1)",
-    1,
-    ("prostate",),
-    {},
-    "",
-)
-SETS = {s.name: s for s in (FUNDUS, PROSTATE)}
 SPLIT = (
     "no official split (sources train on all, the unseen site is tested on all): per site a "
     "seeded 80/20 holdout of the files as train/val (split_seed); test: the whole site"
@@ -89,13 +59,115 @@ SPLIT = (
 METRIC = "Dice per mask channel (sigmoid > 0.5), averaged over images, then over channels"
 
 
-def site_files(spec: ElcfsSet, root: Path) -> dict[str, list[Path]]:
+def _source(name: str, mask_channels: tuple[str, ...]) -> str:
+    return (
+        f"{name.capitalize()} multi-site segmentation set of FedDG-ELCFS (Liu et al., CVPR "
+        f"2021), official release layout; problem=segmentation, mask channels "
+        f"{'/'.join(mask_channels)}, metric: {METRIC}"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElcfsDataset(CatalogDataset):
+    """One ELCFS set: its sites are the domains; what its ``.npy`` arrays hold."""
+
+    image_channels: int
+    mask_channels: tuple[str, ...]  # nested: channel c is ``label > c``
+    npy_folder: str  # the sub-folder of a site holding the files ("" for the site itself)
+    split: str = SPLIT
+    resolution: int = RESOLUTION
+    own_split: str = "it is split per site"
+
+    def count(self, root: Path) -> tuple[Counts, list[str]]:
+        """Per-site per-split counts after checking every file's ``.npy`` header, and one
+        warning per site whose count differs from the official one. The holdout's sizes
+        depend on the number of files only, not on ``split_seed``."""
+        files = site_files(self, root)
+        for paths in files.values():
+            for path in paths:
+                _check_shape(self, path, *_header(path))
+        counts = {}
+        for site, paths in files.items():
+            train, val = holdout([(p, 0) for p in paths], VAL_FRACTION, 0)
+            counts[site] = {"train": len(train), "val": len(val), "test": len(paths)}
+        return counts, self.total_warnings({d: c["test"] for d, c in counts.items()})
+
+    def read(self, root: Path, options: LoadOptions) -> DomainDataset:
+        """Per site a :data:`VAL_FRACTION` holdout seeded per site as train / val (train rows
+        first, so both are views of the site's array), test the whole site; only
+        ``options.domains`` are decoded (the whole copy's layout is still checked)."""
+        size, seed, domains = self.size(options), options.seed, options.domains
+        meta = self.meta(root, options)
+        files = site_files(self, root)
+        out, counts, cached = {}, {}, {}
+        for site, paths in files.items():
+            if domains is not None and site not in domains:
+                continue
+            kept, held = domain_holdout([(p, 0) for p in paths], seed, site)
+            order = [p for p, _ in kept] + [p for p, _ in held]
+            pixels, masks, cached[site] = _site_arrays(
+                self, site, order, size, options.cache_folder, meta["root"]
+            )
+            zeros = torch.zeros(len(order), dtype=torch.int64)
+            out[site] = pooled_domain(site, pixels, zeros, len(kept), masks=masks)
+            counts[site] = {"train": len(kept), "val": len(held), "test": len(order)}
+        classes = list(self.mask_channels)
+        return DomainDataset(
+            name=self.name,
+            domains=out,
+            classes=classes,
+            channels=self.image_channels,
+            image_size=size,
+            meta={
+                **meta,
+                "split": f"{SPLIT}, split_seed={seed}",
+                "augment": self.augment,
+                "classes": classes,
+                "counts": counts,
+                "problem": "segmentation",
+                "mask_channels": classes,
+                "image_cache": cached,
+            },
+        )
+
+
+FUNDUS = ElcfsDataset(
+    name="fundus",
+    source=_source("fundus", ("disc", "cup")),
+    domains=("client1", "client2", "client3", "client4"),
+    layout="ROOT/client{1..4}/data_npy/*.npy, each H×W×5: RGB 0..255, disc mask, cup mask (0/1)",
+    image_channels=3,
+    mask_channels=("disc", "cup"),
+    classes=("disc", "cup"),
+    official_totals={"client1": 101, "client2": 159, "client3": 400, "client4": 400},
+    npy_folder="data_npy",
+    description="retinal fundus photos from 4 sites, optic disc and cup segmentation",
+)
+PROSTATE = ElcfsDataset(
+    name="prostate",
+    source=_source("prostate", ("prostate",)),
+    domains=("BIDMC", "HK", "I2CVB", "ISBI", "ISBI_1.5", "UCL"),
+    layout=(
+        "ROOT/<site>/*.npy (or ROOT/<site>/data_npy/*.npy) for sites BIDMC, HK, I2CVB, ISBI, "
+        "ISBI_1.5, UCL; each H×W×2: image, prostate mask (0/1)"
+    ),
+    image_channels=1,
+    mask_channels=("prostate",),
+    classes=("prostate",),
+    npy_folder="",
+    description="prostate MRI slices from 6 sites, prostate segmentation",
+)
+#: the segmentation sets by name
+SETS = {s.name: s for s in (FUNDUS, PROSTATE)}
+
+
+def site_files(spec: ElcfsDataset, root: Path) -> dict[str, list[Path]]:
     """Site -> its ``.npy`` files, sorted by name (hidden files such as macOS's ``._*`` left
     out); a missing site or an empty one raises."""
     if not root.is_dir():
         raise DatasetError(f"dataset root {root} does not exist (expected {spec.layout})")
     out = {}
-    for site in spec.sites:
+    for site in spec.domains:
         folder = root / site
         nested = folder / "data_npy"
         if nested.is_dir() or spec.npy_folder:
@@ -127,7 +199,7 @@ def _unreadable(path: Path, exc: Exception) -> str:
     return f"cannot read {path} as a .npy array ({reason})"
 
 
-def _check_shape(spec: ElcfsSet, path: Path, shape: tuple[int, ...], dtype: np.dtype) -> None:
+def _check_shape(spec: ElcfsDataset, path: Path, shape: tuple[int, ...], dtype: np.dtype) -> None:
     depth = spec.image_channels + len(spec.mask_channels)
     if len(shape) != 3 or shape[2] != depth or dtype.kind not in "biuf":
         raise DatasetError(
@@ -136,28 +208,7 @@ def _check_shape(spec: ElcfsSet, path: Path, shape: tuple[int, ...], dtype: np.d
         )
 
 
-def check_elcfs(name: str, root: str | os.PathLike) -> tuple[dict[str, dict[str, int]], list]:
-    """Per-site per-split counts after checking every file's ``.npy`` header, and one
-    warning per site whose count differs from the official one. The holdout's sizes depend
-    on the number of files only, not on ``split_seed``."""
-    spec = SETS[name]
-    files = site_files(spec, Path(root).expanduser())
-    for paths in files.values():
-        for path in paths:
-            _check_shape(spec, path, *_header(path))
-    counts = {}
-    for site, paths in files.items():
-        train, val = holdout([(p, 0) for p in paths], VAL_FRACTION, 0)
-        counts[site] = {"train": len(train), "val": len(val), "test": len(paths)}
-    warnings_ = [
-        f"{name}/{site}: {counts[site]['test']} images, the official copy has {official}"
-        for site, official in spec.official_counts.items()
-        if counts[site]["test"] != official
-    ]
-    return counts, warnings_
-
-
-def _read(spec: ElcfsSet, path: Path) -> np.ndarray:
+def _read(spec: ElcfsDataset, path: Path) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
@@ -166,7 +217,7 @@ def _read(spec: ElcfsSet, path: Path) -> np.ndarray:
     return array
 
 
-def label_map(spec: ElcfsSet, path: Path, masks: np.ndarray) -> np.ndarray:
+def label_map(spec: ElcfsDataset, path: Path, masks: np.ndarray) -> np.ndarray:
     """The nested label map (uint8 H×W) of binary masks ``H×W×C``: the number of channels
     a pixel belongs to, counting from the first; a mask value outside {0, 1} raises."""
     values = np.unique(masks)
@@ -190,7 +241,7 @@ def label_map(spec: ElcfsSet, path: Path, masks: np.ndarray) -> np.ndarray:
     return label
 
 
-def _image(spec: ElcfsSet, path: Path, image: np.ndarray, size: int) -> torch.Tensor:
+def _image(spec: ElcfsDataset, path: Path, image: np.ndarray, size: int) -> torch.Tensor:
     """uint8 ``C×size×size``: fundus as stored (checked to lie in [0, 255]), prostate min-max
     scaled to [0, 255] after resizing."""
     pixels = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)).permute(2, 0, 1)
@@ -207,7 +258,7 @@ def _image(spec: ElcfsSet, path: Path, image: np.ndarray, size: int) -> torch.Te
     return pixels.round().clamp(0, 255).to(torch.uint8)
 
 
-def decode(spec: ElcfsSet, path: Path, size: int) -> tuple[np.ndarray, np.ndarray]:
+def decode(spec: ElcfsDataset, path: Path, size: int) -> tuple[np.ndarray, np.ndarray]:
     """(uint8 image ``C×size×size``, uint8 label map ``size×size``) of one file."""
     array = _read(spec, path)
     image = _image(spec, path, array[..., : spec.image_channels], size)
@@ -218,7 +269,10 @@ def decode(spec: ElcfsSet, path: Path, size: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _decode_all(
-    spec: ElcfsSet, files: Sequence[Path], size: int, store_mask: Callable[[int, np.ndarray], None]
+    spec: ElcfsDataset,
+    files: Sequence[Path],
+    size: int,
+    store_mask: Callable[[int, np.ndarray], None],
 ) -> Iterator[np.ndarray]:
     """The images of ``files`` in order (decoded by a few threads); each label map goes to
     ``store_mask(row, label)``."""
@@ -231,7 +285,7 @@ def _decode_all(
 
 
 def _site_arrays(
-    spec: ElcfsSet, site: str, files: Sequence[Path], size: int, folder: Path | None, root: str
+    spec: ElcfsDataset, site: str, files: Sequence[Path], size: int, folder: Path | None, root: str
 ) -> tuple[torch.Tensor, torch.Tensor, str]:
     """(images N×C×S×S, label maps N×S×S, cache file or ""): mapped from the image cache,
     decoded into it on the first load; in memory without a cache folder or when it cannot
@@ -276,63 +330,3 @@ def _site_arrays(
     for i, image in enumerate(_decode_all(spec, files, size, keep)):
         pixels[i] = image
     return torch.from_numpy(pixels), torch.from_numpy(masks), ""
-
-
-def load_elcfs(
-    name: str,
-    root: Path,
-    *,
-    image_size: int,
-    site_seed: Callable[[int, str], int],
-    seed: int,
-    meta: dict,
-    cache_folder: Path | None,
-    domains: Sequence[str] | None = None,
-) -> DomainDataset:
-    """ELCFS set ``name`` from ``root``: per site a :data:`VAL_FRACTION` holdout seeded by
-    ``site_seed(seed, site)`` as train / val (train rows first, so both are views of the
-    site's array), test the whole site.
-
-    ``domains``: decode only these sites (the whole copy's layout is still checked)."""
-    spec = SETS[name]
-    if isinstance(image_size, bool) or int(image_size) < 1:
-        raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
-    size = int(image_size)
-    files = site_files(spec, root)
-    out, counts, cached = {}, {}, {}
-    for site, paths in files.items():
-        if domains is not None and site not in domains:
-            continue
-        kept, held = holdout([(p, 0) for p in paths], VAL_FRACTION, site_seed(seed, site))
-        order = [p for p, _ in kept] + [p for p, _ in held]
-        pixels, masks, cached[site] = _site_arrays(
-            spec, site, order, size, cache_folder, meta.get("root", "")
-        )
-        cut, n = len(kept), len(order)
-        zeros = torch.zeros(n, dtype=torch.int64)
-        whole = Split(x=pixels, y=zeros, mask=masks)
-        out[site] = Domain(
-            name=site,
-            train=Split(x=pixels[:cut], y=zeros[:cut], mask=masks[:cut]),
-            val=Split(x=pixels[cut:], y=zeros[cut:], mask=masks[cut:]),
-            test=whole,
-        )
-        counts[site] = {"train": cut, "val": n - cut, "test": n}
-    classes = list(spec.mask_channels)
-    return DomainDataset(
-        name=name,
-        domains=out,
-        classes=classes,
-        channels=spec.image_channels,
-        image_size=size,
-        meta={
-            **meta,
-            "split": f"{SPLIT}, split_seed={seed}",
-            "augment": "none",
-            "classes": classes,
-            "counts": counts,
-            "problem": "segmentation",
-            "mask_channels": classes,
-            "image_cache": cached,
-        },
-    )

@@ -32,20 +32,29 @@ antialiasing where the source is 28 or 16 px). Labels are the digits 0..9.
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import os
 import sys
 import zlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedshift.data.cifar import resize_uint8
+from fedshift.data.catalog.base import (
+    CatalogDataset,
+    Counts,
+    LoadOptions,
+    domain_holdout,
+    pooled_domain,
+)
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
-from fedshift.data.lists import decode_dataset
+from fedshift.data.formats.idx import find_idx, read_idx
+from fedshift.data.formats.images import resize_uint8
+from fedshift.data.formats.libsvm import read_libsvm
+from fedshift.data.formats.mat import mat_load, mat_variables
+from fedshift.data.lists import VAL_FRACTION, decode_dataset
 
 NAME = "digit-five"
 DOMAINS = ("mnist", "mnistm", "svhn", "usps", "syn")
@@ -77,7 +86,6 @@ SPLIT = (
     f"seeded stratified 0.2 is val; test: the first {TEST_CAP:,} of the test file (USPS: all)"
 )
 
-_IDX_MAGIC = {"images": 2051, "labels": 2049}
 _MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -128,40 +136,15 @@ Arrays = tuple[np.ndarray, np.ndarray]  # (uint8 N x C x H x W, int64 labels)
 # -- MNIST: idx files ----------------------------------------------------------------------
 
 
-def _idx_path(folder: Path, name: str) -> Path:
-    for candidate in (folder / name, folder / f"{name}.gz"):
-        if candidate.is_file():
-            return candidate
-    raise DatasetError(f"missing file {folder / name} (or .gz; expected {LAYOUTS['mnist']})")
-
-
-def _idx_read(path: Path, kind: str, header_only: bool) -> tuple[tuple[int, ...], bytes]:
-    """(dimensions, payload) of an idx file; the payload is empty when ``header_only``."""
-    dims = 3 if kind == "images" else 1
-    head_size = 4 + 4 * dims
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as handle:
-            head = handle.read(head_size)
-            payload = b"" if header_only else handle.read()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DatasetError(f"unreadable idx file {path}: {exc}") from None
-    if len(head) < head_size:
-        raise DatasetError(f"{path} is {len(head)} bytes, shorter than an idx header")
-    magic, *shape = np.frombuffer(head, dtype=">u4").tolist()
-    if magic != _IDX_MAGIC[kind]:
-        raise DatasetError(
-            f"{path} has magic number {magic}, expected {_IDX_MAGIC[kind]} (idx {kind} file)"
-        )
-    return tuple(shape), payload
-
-
 def _mnist_counts(folder: Path) -> dict[str, int]:
     counts = {}
     for split, (images, labels) in _MNIST_FILES.items():
-        image_path, label_path = _idx_path(folder, images), _idx_path(folder, labels)
-        (count, rows, cols), _ = _idx_read(image_path, "images", True)
-        (label_count,), label_bytes = _idx_read(label_path, "labels", False)
+        image_path, label_path = (
+            find_idx(folder, images, LAYOUTS["mnist"]),
+            find_idx(folder, labels, LAYOUTS["mnist"]),
+        )
+        (count, rows, cols), _ = read_idx(image_path, "images", True)
+        (label_count,), label_bytes = read_idx(label_path, "labels", False)
         if label_count != count or len(label_bytes) != count:
             raise DatasetError(f"{image_path} has {count} images but {label_path} {label_count}")
         if image_path.suffix != ".gz" and image_path.stat().st_size != 16 + count * rows * cols:
@@ -173,9 +156,12 @@ def _mnist_counts(folder: Path) -> dict[str, int]:
 
 def _mnist_split(folder: Path, split: str) -> Arrays:
     images, labels = _MNIST_FILES[split]
-    image_path, label_path = _idx_path(folder, images), _idx_path(folder, labels)
-    (count, rows, cols), pixels = _idx_read(image_path, "images", False)
-    (label_count,), label_bytes = _idx_read(label_path, "labels", False)
+    image_path, label_path = (
+        find_idx(folder, images, LAYOUTS["mnist"]),
+        find_idx(folder, labels, LAYOUTS["mnist"]),
+    )
+    (count, rows, cols), pixels = read_idx(image_path, "images", False)
+    (label_count,), label_bytes = read_idx(label_path, "labels", False)
     if len(pixels) != count * rows * cols or len(label_bytes) != label_count:
         raise DatasetError(f"{image_path} or {label_path} is truncated")
     if label_count != count:
@@ -220,34 +206,6 @@ def _mnistm_list(folder: Path, split: str) -> list[tuple[str, int]]:
 # -- SVHN and SynDigits: MATLAB v5 files -----------------------------------------------------
 
 
-def _mat_variables(path: Path) -> dict[str, tuple[int, ...]]:
-    """Variable -> shape of a MATLAB v5 file, read from its headers only."""
-    from scipy.io import whosmat
-    from scipy.io.matlab import MatReadError
-
-    if not path.is_file():
-        expected = LAYOUTS[path.parent.name] if path.parent.name in LAYOUTS else LAYOUT
-        raise DatasetError(f"missing file {path} (expected {expected})")
-    try:
-        return {name: tuple(shape) for name, shape, _ in whosmat(str(path))}
-    except (MatReadError, ValueError, NotImplementedError, OSError, TypeError) as exc:
-        raise DatasetError(f"unreadable .mat file {path} (MATLAB v5 expected): {exc}") from None
-
-
-def _mat_load(path: Path, names: Sequence[str]) -> dict[str, np.ndarray]:
-    from scipy.io import loadmat
-    from scipy.io.matlab import MatReadError
-
-    try:
-        found = loadmat(str(path), variable_names=list(names))
-    except (MatReadError, ValueError, NotImplementedError, OSError, TypeError) as exc:
-        raise DatasetError(f"unreadable .mat file {path} (MATLAB v5 expected): {exc}") from None
-    missing = [n for n in names if n not in found]
-    if missing:
-        raise DatasetError(f"{path} has no variable {missing[0]!r} (expected {', '.join(names)})")
-    return found
-
-
 def _syn_files(folder: Path) -> tuple[dict[str, Path], bool]:
     """(split -> file, whether it is M3SDA's one-file syn_number.mat)."""
     split_files = {s: folder / n for s, n in _SYN_FILES.items()}
@@ -290,7 +248,8 @@ def _mat_labels(labels: np.ndarray, count: int, path: Path, name: str) -> np.nda
 
 
 def _mat_count(path: Path, image_var: str, label_var: str, order: str) -> int:
-    shapes = _mat_variables(path)
+    known = LAYOUTS.get(path.parent.name, LAYOUT)
+    shapes = mat_variables(path, known)
     for name in (image_var, label_var):
         if name not in shapes:
             expected = f"{image_var}, {label_var}"
@@ -304,13 +263,13 @@ def _mat_count(path: Path, image_var: str, label_var: str, order: str) -> int:
     }[order]
     if not fits:
         raise DatasetError(f"{path}: {image_var} has shape {shape}, expected {_ORDERS[order]}")
-    _mat_labels(_mat_load(path, (label_var,))[label_var], count, path, label_var)
+    _mat_labels(mat_load(path, (label_var,))[label_var], count, path, label_var)
     return count
 
 
 def _mat_split(path: Path, image_var: str, label_var: str, order: str) -> Arrays:
     count = _mat_count(path, image_var, label_var, order)
-    found = _mat_load(path, (image_var, label_var))
+    found = mat_load(path, (image_var, label_var))
     x = found[image_var]
     if order == "HWCN":
         x = x.transpose(3, 2, 0, 1)
@@ -330,7 +289,7 @@ def _as_uint8(x: np.ndarray) -> np.ndarray:
 def _usps_mat(path: Path) -> dict[str, Arrays]:
     """M3SDA's usps_28x28.mat: a 2 x 2 cell ``dataset`` of (images N x 1 x 28 x 28 in [0, 1],
     labels) for train, then test."""
-    cell = _mat_load(path, ("dataset",))["dataset"]
+    cell = mat_load(path, ("dataset",))["dataset"]
     if cell.dtype != object or cell.shape != (2, 2):
         raise DatasetError(f"{path}: dataset is not a 2 x 2 cell of (images, labels)")
     out = {}
@@ -358,44 +317,12 @@ def _usps_path(folder: Path, split: str) -> Path:
     raise DatasetError(f"missing file {folder / name}.bz2 (expected {LAYOUTS['usps']})")
 
 
-def _usps_lines(path: Path) -> list[str]:
-    opener = bz2.open if path.suffix == ".bz2" else open
-    try:
-        with opener(path, "rt", encoding="ascii") as handle:
-            return [line for line in handle if line.strip()]
-    except (OSError, EOFError, ValueError) as exc:
-        raise DatasetError(f"unreadable USPS file {path}: {exc}") from None
-
-
-def _usps_label(text: str, path: Path, row: int) -> int:
-    """The digit of a LIBSVM label 1..10."""
-    if not text.isdigit() or not 1 <= int(text) <= 10:
-        raise DatasetError(f"{path.name} line {row + 1}: label {text} not in 1..10")
-    return int(text) - 1
-
-
 def _usps_split(folder: Path, split: str) -> Arrays:
-    """A USPS file's 16x16 gray images and digits; a malformed line raises DatasetError."""
-    path = _usps_path(folder, split)
-    lines = _usps_lines(path)
-    values = np.zeros((len(lines), _USPS_SIDE * _USPS_SIDE), dtype=np.float32)
-    labels = np.empty(len(lines), dtype=np.int64)
-    for row, line in enumerate(lines):
-        label, *pairs = line.split(maxsplit=1)
-        labels[row] = _usps_label(label, path, row)
-        try:
-            numbers = np.array(" ".join(pairs).replace(":", " ").split(), dtype=np.float64)
-            index = numbers[0::2].astype(np.int64) - 1
-            values[row, index] = numbers[1::2]
-            valid = len(numbers) % 2 == 0 and (index.size == 0 or index.min() >= 0)
-        except (ValueError, IndexError):
-            valid = False
-        if not valid:
-            raise DatasetError(
-                f"{path.name} line {row + 1}: expected '<label 1..10> <index 1..256>:<value> ...'"
-            )
+    """A USPS file's 16x16 gray images and digits (LIBSVM labels 1..10 are digits 0..9,
+    values in [-1, 1] become 0..255); a malformed line raises DatasetError."""
+    values, labels = read_libsvm(_usps_path(folder, split), _USPS_SIDE * _USPS_SIDE, range(1, 11))
     pixels = np.clip(np.rint((values + 1.0) * 127.5), 0, 255).astype(np.uint8)
-    return pixels.reshape(-1, 1, _USPS_SIDE, _USPS_SIDE), labels
+    return pixels.reshape(-1, 1, _USPS_SIDE, _USPS_SIDE), labels - 1
 
 
 # -- shared ----------------------------------------------------------------------------------
@@ -461,12 +388,6 @@ def count_warnings(counts: dict[str, dict[str, int]], where: dict[str, str]) -> 
     return lines
 
 
-def check(root: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """(per-domain train / test counts of the full files, count warnings)."""
-    counts = file_counts(root)
-    return counts, count_warnings(counts, sources(root))
-
-
 def _sample(count: int, cap: int, seed: int, domain: str) -> np.ndarray:
     """Sorted row numbers of a seeded ``cap`` of ``count`` rows (all when ``count <= cap``)."""
     if count <= cap:
@@ -488,15 +409,9 @@ def _array_domain(
     """A domain whose train and val are views of one array (train rows first)."""
     kept, held = holdout([(int(i), int(y_train[i])) for i in pool], name)
     order = np.asarray([i for i, _ in kept] + [i for i, _ in held], dtype=np.int64)
-    images = _rgb(x_train[order], size)
+    test = Split(x=_rgb(x_test, size), y=torch.from_numpy(np.ascontiguousarray(y_test)))
     labels = torch.from_numpy(y_train[order])
-    cut = len(kept)
-    return Domain(
-        name=name,
-        train=Split(x=images[:cut], y=labels[:cut]),
-        val=Split(x=images[cut:], y=labels[cut:]),
-        test=Split(x=_rgb(x_test, size), y=torch.from_numpy(np.ascontiguousarray(y_test))),
-    )
+    return pooled_domain(name, _rgb(x_train[order], size), labels, len(kept), test)
 
 
 def _rgb(x: np.ndarray, size: int) -> torch.Tensor:
@@ -616,3 +531,42 @@ def load_digit_five(
             "image_cache": image_cache,
         },
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigitFiveDataset(CatalogDataset):
+    """Digit-Five from the public copies' files (or M3SDA's bundle), KD3A / FACT's protocol."""
+
+    own_split: str = "it has official files"
+
+    def count(self, root: Path) -> tuple[Counts, list[str]]:
+        """Per-domain train / test counts of the full files, and one line per file whose
+        count differs from the official copy's."""
+        counts = file_counts(root)
+        return counts, count_warnings(counts, sources(root))
+
+    def read(self, root: Path, options: LoadOptions) -> DomainDataset:
+        seed = options.seed
+        return load_digit_five(
+            root,
+            image_size=self.size(options),
+            seed=seed,
+            holdout=lambda entries, domain: domain_holdout(entries, seed, domain),
+            val_fraction=VAL_FRACTION,
+            meta=self.meta(root, options),
+            domains=options.domains,
+            cache_folder=options.cache_folder,
+        )
+
+
+DIGIT_FIVE = DigitFiveDataset(
+    name=NAME,
+    source="Digit-Five (MNIST, MNIST-M, SVHN, USPS, SynDigits; M3SDA, KD3A, FACT)",
+    layout=LAYOUT,
+    split=SPLIT,
+    domains=DOMAINS,
+    resolution=RESOLUTION,
+    official_totals={d: sum(s.values()) for d, s in OFFICIAL.items()},
+    classes=CLASSES,
+    description="digits 0..9 in 5 styles (MNIST, MNIST-M, SVHN, USPS, SynDigits)",
+)

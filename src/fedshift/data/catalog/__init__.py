@@ -1,0 +1,117 @@
+"""The dataset catalog: the field's datasets read as their authors distribute them, one
+module per dataset family behind :class:`~fedshift.data.catalog.base.CatalogDataset`.
+
+The registry is the one table :data:`CATALOG` below: adding a dataset is one module (its
+:class:`CatalogDataset` instance) plus one line in ``_ENTRIES``.
+
+* ``check_dataset(name, root)`` validates a user's copy against the layout its authors
+  distribute and returns the per-domain, per-split image counts plus one-line warnings where
+  a count differs from the official one. It reads directory listings, split lists and file
+  headers, so it is cheap on DomainNet-sized trees.
+* ``load_catalog(name, root, ...)`` loads a copy (``fedshift run -d NAME --set
+  data_root=PATH``) with the split its entry states, or the user's own lists
+  (``split_files=DIR``) where the dataset takes them.
+* ``catalog_rows()``: one (name, source, domains, resolution, description) row per entry,
+  for the CLI's ``--dataset`` help and ``datasets list``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fedshift.data import image_cache
+from fedshift.data.catalog import (
+    camelyon17,
+    cifar,
+    class_folders,
+    digit_five,
+    domainnet,
+    elcfs,
+    femnist,
+    pacs,
+)
+from fedshift.data.catalog.base import CatalogDataset, Counts, LoadOptions
+from fedshift.data.catalog.class_folders import ClassFolderDataset
+from fedshift.data.catalog.domainnet import DOMAINNET10_CLASSES
+from fedshift.data.domains import DatasetError, DomainDataset
+
+_ENTRIES: tuple[CatalogDataset, ...] = (
+    pacs.PACS,
+    class_folders.OFFICE_HOME,
+    class_folders.VLCS,
+    class_folders.TERRA_INCOGNITA,
+    domainnet.DOMAINNET,
+    domainnet.DOMAINNET10,
+    class_folders.OFFICE_CALTECH10,
+    class_folders.OFFICE31,
+    cifar.CIFAR10,
+    cifar.CIFAR100,
+    digit_five.DIGIT_FIVE,
+    elcfs.FUNDUS,
+    elcfs.PROSTATE,
+    camelyon17.CAMELYON17,
+    femnist.FEMNIST,
+)
+#: name -> dataset, in the order ``datasets list`` shows them
+CATALOG: dict[str, CatalogDataset] = {entry.name: entry for entry in _ENTRIES}
+#: every catalog entry :func:`load_catalog` can run
+RUNNABLE = tuple(CATALOG)
+#: catalog entries read from ``ROOT/<domain>/<class>/<image>`` with a seeded holdout
+FOLDER_DATASETS = tuple(n for n, e in CATALOG.items() if isinstance(e, ClassFolderDataset))
+
+__all__ = [
+    "CATALOG",
+    "DOMAINNET10_CLASSES",
+    "FOLDER_DATASETS",
+    "RUNNABLE",
+    "CatalogDataset",
+    "LoadOptions",
+    "catalog_rows",
+    "check_dataset",
+    "load_catalog",
+]
+
+
+def _entry(name: str) -> CatalogDataset:
+    if name not in CATALOG:
+        raise DatasetError(f"unknown dataset {name!r}; the catalog has {', '.join(CATALOG)}")
+    return CATALOG[name]
+
+
+def check_dataset(name: str, root: str | os.PathLike) -> tuple[Counts, list[str]]:
+    """Validate ``root`` as catalog entry ``name``: (per-domain per-split counts, warnings)."""
+    return _entry(name).check(root)
+
+
+def load_catalog(
+    name: str,
+    root: str | os.PathLike,
+    *,
+    image_size: int | None = None,
+    seed: int = 0,
+    split_files: str | os.PathLike = "",
+    domains: list[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache: bool = True,
+) -> DomainDataset:
+    """Catalog entry ``name`` read from ``root``, decoded at its resolution (or
+    ``image_size``), split as the entry states or by the lists in ``split_files``.
+
+    Decoded images live in the image cache under ``cache_dir`` (default ``$FEDSHIFT_CACHE``
+    or ``~/.cache/fedshift``), memory-mapped; ``cache=False`` decodes them into memory.
+
+    ``domains``: decode only these (the whole copy is still checked); unknown names are
+    left for :func:`~fedshift.data.registry.restrict_domains` to report."""
+    options = LoadOptions(
+        image_size=image_size,
+        seed=int(seed),
+        split_files=str(split_files),
+        domains=domains,
+        cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
+    )
+    return _entry(name).load(root, options)
+
+
+def catalog_rows() -> list[tuple[str, str, str, int, str]]:
+    """(name, source, domains, resolution, description) of each entry, in catalog order."""
+    return [entry.row() for entry in CATALOG.values()]

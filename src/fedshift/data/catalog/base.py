@@ -1,0 +1,228 @@
+"""What every catalog dataset is (:class:`CatalogDataset`: its card, ``check(root)`` and
+``load(root, options)``) and the pieces several share: the seeded per-domain holdout, a
+domain whose train and val splits are views of one array, and :class:`ImageListDataset`, the
+datasets read as ``(image file, label)`` entries (official lists or class folders) that also
+take the user's own split lists (``split_files=DIR``: ``<domain>_{train,val,test}.txt``,
+``<relative path> <label>`` lines, paths relative to the dataset's image root, 0-based labels
+in its class order; without a val list, val is the seeded holdout of the train list)."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fedshift.core.split import Split
+from fedshift.data.domains import DatasetError, Domain, DomainDataset
+from fedshift.data.lists import VAL_FRACTION, Entry, decode_dataset, held_out_count, holdout
+from fedshift.data.lists import read_split_list as read_list
+
+Counts = dict[str, dict[str, int]]
+Splits = dict[str, dict[str, list[Entry]]]
+USER_LIST = "{domain}_{split}.txt"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a catalog dataset: ``image_size`` (None: its own resolution),
+    ``split_seed``, the user's ``split_files`` folder ("" for the dataset's own split),
+    ``domains`` to decode (None: all; the whole copy is still checked) and the image cache
+    folder (None: decode into memory)."""
+
+    image_size: int | None = None
+    seed: int = 0
+    split_files: str = ""
+    domains: Sequence[str] | None = None
+    cache_folder: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CatalogDataset(ABC):
+    """One dataset as its authors distribute it: its card and how to check and load a copy."""
+
+    name: str
+    source: str  # who published it
+    layout: str  # the files under ROOT
+    split: str  # how train / val / test are made
+    domains: tuple[str, ...]
+    resolution: int  # the side images are decoded to unless image_size says otherwise
+    description: str  # one line for `datasets list` and the --dataset help
+    official_totals: Mapping[str, int] = field(default_factory=dict)  # images per domain
+    classes: tuple[str, ...] = ()  # in label order; empty: read from the copy
+    augment: str = "none"  # the training augmentation `augment=auto` picks
+    own_split: str = ""  # non-empty: why split_files does not apply
+
+    def check(self, root: str | os.PathLike) -> tuple[Counts, list[str]]:
+        """(domain -> split -> images, one-line warnings where a count differs from the
+        official copy's); a missing or malformed copy raises a one-line DatasetError."""
+        return self.count(self.root(root))
+
+    def load(self, root: str | os.PathLike, options: LoadOptions) -> DomainDataset:
+        """The copy at ``root`` as a :class:`DomainDataset`, split as :attr:`split` states
+        (or by the user's ``split_files``)."""
+        root = self.root(root)
+        if options.split_files and self.own_split:
+            raise DatasetError(f"split_files does not apply to {self.name}: {self.own_split}")
+        if isinstance(options.image_size, bool) or (
+            options.image_size is not None and int(options.image_size) < 1
+        ):
+            raise DatasetError(f"image_size must be a positive integer, got {options.image_size!r}")
+        return self.read(root, options)
+
+    @abstractmethod
+    def count(self, root: Path) -> tuple[Counts, list[str]]:
+        """:meth:`check` on an existing root folder."""
+
+    @abstractmethod
+    def read(self, root: Path, options: LoadOptions) -> DomainDataset:
+        """:meth:`load` on an existing root folder, with checked options."""
+
+    def root(self, root: str | os.PathLike) -> Path:
+        """``root`` as a path; a missing folder raises naming the expected layout."""
+        path = Path(root).expanduser()
+        if not path.is_dir():
+            raise DatasetError(f"dataset root {path} does not exist (expected {self.layout})")
+        return path
+
+    def size(self, options: LoadOptions) -> int:
+        return self.resolution if options.image_size is None else int(options.image_size)
+
+    def meta(self, root: Path, options: LoadOptions) -> dict:
+        """The provenance every loaded copy records."""
+        return {
+            "source": self.name,
+            "root": str(root.resolve()),
+            "layout": self.layout,
+            "split_seed": int(options.seed),
+            "split_files": str(options.split_files),
+        }
+
+    def total_warnings(self, totals: Mapping[str, int]) -> list[str]:
+        """One line per domain whose image count differs from :attr:`official_totals`."""
+        return [
+            f"{self.name}/{domain}: {totals[domain]} images, the official copy has {official}"
+            for domain, official in self.official_totals.items()
+            if totals[domain] != official
+        ]
+
+    def row(self) -> tuple[str, str, str, int, str]:
+        """(name, source, domains, resolution, description): one line of the catalog."""
+        return self.name, self.source, ", ".join(self.domains), self.resolution, self.description
+
+
+def domain_seed(seed: int, domain: str) -> int:
+    """A per-domain holdout seed: the split of one domain does not depend on the others."""
+    return (int(seed) * 1_000_003 + sum(ord(c) * 31**i for i, c in enumerate(domain))) % 2**32
+
+
+def domain_holdout(entries: Sequence, seed: int, domain: str) -> tuple[list, list]:
+    """(train, val): the seeded stratified ``VAL_FRACTION`` holdout of a domain's entries."""
+    return holdout(entries, VAL_FRACTION, domain_seed(seed, domain))
+
+
+def holdout_counts(class_sizes: Sequence[int]) -> dict[str, int]:
+    """The train / val / test sizes a holdout gives a domain with ``class_sizes`` (val:
+    ``VAL_FRACTION`` of each class; test: the whole domain)."""
+    held = sum(held_out_count(n, VAL_FRACTION) for n in class_sizes)
+    total = sum(class_sizes)
+    return {"train": total - held, "val": held, "test": total}
+
+
+def pooled_domain(
+    name: str,
+    pixels: torch.Tensor,
+    labels: torch.Tensor,
+    cut: int,
+    test: Split | None = None,
+    masks: torch.Tensor | None = None,
+) -> Domain:
+    """A domain whose train split is rows ``[:cut]`` and val rows ``[cut:]`` of one array
+    (views, no copy); test is ``test``, or the whole array."""
+    return Domain(
+        name=name,
+        train=Split(x=pixels[:cut], y=labels[:cut], mask=None if masks is None else masks[:cut]),
+        val=Split(x=pixels[cut:], y=labels[cut:], mask=None if masks is None else masks[cut:]),
+        test=Split(x=pixels, y=labels, mask=masks) if test is None else test,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageListDataset(CatalogDataset):
+    """A dataset of image files, each split a list of ``(file, label)`` entries decoded once
+    into the image cache; the user may replace the split by their own lists."""
+
+    augment: str = "domainbed"
+
+    def image_root(self, root: Path) -> Path:
+        """Where the domain folders lie (and the paths of split lists start)."""
+        return root
+
+    def domain_dir(self, root: Path, domain: str) -> Path:
+        """The folder of ``domain``; a missing one raises."""
+        folder = self.image_root(root) / domain
+        if not folder.is_dir():
+            raise DatasetError(f"missing domain folder {folder} (expected {self.layout})")
+        return folder
+
+    @abstractmethod
+    def class_names(self, root: Path) -> list[str]:
+        """The classes in label order."""
+
+    @abstractmethod
+    def official_splits(self, root: Path, classes: list[str], seed: int) -> tuple[Splits, str]:
+        """Domain -> split -> entries as :attr:`split` states, and its description."""
+
+    def user_splits(
+        self, root: Path, classes: list[str], seed: int, folder: Path
+    ) -> tuple[Splits, str]:
+        """Domain -> split -> entries from the user's ``<domain>_<split>.txt`` lists."""
+        if not folder.is_dir():
+            raise DatasetError(f"split_files folder {folder} does not exist")
+        images = self.image_root(root)
+        layout = (
+            f"{folder}/<domain>_{{train,val,test}}.txt, '<path under {images}> <0-based label>'"
+        )
+        out = {}
+        for domain in self.domains:
+            self.domain_dir(root, domain)
+            read = {
+                split: read_list(
+                    folder / USER_LIST.format(domain=domain, split=split),
+                    images,
+                    classes,
+                    layout=layout,
+                )
+                for split in ("train", "test")
+            }
+            val_list = folder / USER_LIST.format(domain=domain, split="val")
+            if val_list.is_file():
+                read["val"] = read_list(val_list, images, classes, layout=layout)
+            else:
+                read["train"], read["val"] = domain_holdout(read["train"], seed, domain)
+            out[domain] = {s: read[s] for s in ("train", "val", "test")}
+        return out, (
+            f"user split lists from {folder.resolve()} (val: the list, or a seeded stratified "
+            f"{VAL_FRACTION:g} of the train list where none is given, split_seed={seed})"
+        )
+
+    def read(self, root: Path, options: LoadOptions) -> DomainDataset:
+        classes = self.class_names(root)
+        if options.split_files:
+            folder = Path(options.split_files).expanduser()
+            splits, description = self.user_splits(root, classes, options.seed, folder)
+        else:
+            splits, description = self.official_splits(root, classes, options.seed)
+        if options.domains is not None:
+            splits = {d: parts for d, parts in splits.items() if d in options.domains}
+        return decode_dataset(
+            self.name,
+            splits,
+            classes,
+            self.size(options),
+            {**self.meta(root, options), "split": description, "augment": self.augment},
+            cache_folder=options.cache_folder,
+        )

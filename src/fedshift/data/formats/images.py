@@ -1,0 +1,74 @@
+"""Image files: the one set of suffixes fedshift reads as images, decoding a file into a
+uint8 square, and the one resize of uint8 image tensors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedshift.core.errors import DatasetError
+
+#: the suffixes (lower case) of the files every folder reader takes as images
+IMAGE_SUFFIXES = frozenset(
+    {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm"}
+)
+_DECODE_ERRORS = (OSError, ValueError, SyntaxError)
+
+
+def is_image_name(name: str) -> bool:
+    """Whether a file name is a visible image file (hidden files such as ``._x.jpg`` are not)."""
+    return not name.startswith(".") and Path(name).suffix.lower() in IMAGE_SUFFIXES
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The image files of ``folder`` and its visible sub-folders, in sorted walk order."""
+    found = []
+    for dirpath, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found.extend(Path(dirpath) / f for f in sorted(files) if is_image_name(f))
+    return found
+
+
+def read_image(path: Path, size: int) -> np.ndarray:
+    """An image file as a ``(3, size, size)`` uint8 array (RGB, bilinear at decode time, with
+    JPEG's downscale-on-decode); an unreadable file raises DatasetError."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            im.draft("RGB", (size, size))  # fast JPEG downscale-on-decode; no-op otherwise
+            rgb = im.convert("RGB")
+            if rgb.size != (size, size):
+                rgb = rgb.resize((size, size), Image.Resampling.BILINEAR)
+            arr = np.asarray(rgb, dtype=np.uint8)
+    except (*_DECODE_ERRORS, UnidentifiedImageError) as exc:
+        raise DatasetError(f"unreadable image file {path}: {exc}") from None
+    return arr.transpose(2, 0, 1)
+
+
+def verify_images(paths: list[Path]) -> None:
+    """Open the header of each image once; an unreadable one raises DatasetError."""
+    from PIL import Image, UnidentifiedImageError
+
+    for path in paths:
+        try:
+            with Image.open(path) as im:
+                im.verify()
+        except (*_DECODE_ERRORS, UnidentifiedImageError) as exc:
+            raise DatasetError(f"unreadable image file {path}: {exc}") from None
+
+
+def resize_uint8(pixels: torch.Tensor, size: int, chunk: int = 4096) -> torch.Tensor:
+    """uint8 images ``N×C×H×W`` resized to ``size`` squares (bilinear, antialiased, rounded),
+    ``chunk`` images at a time so no float copy of all of them is made."""
+    out = torch.empty((len(pixels), pixels.shape[1], size, size), dtype=torch.uint8)
+    for start in range(0, len(pixels), chunk):
+        block = pixels[start : start + chunk].float()
+        resized = torch.nn.functional.interpolate(
+            block, size=(size, size), mode="bilinear", align_corners=False, antialias=True
+        )
+        out[start : start + chunk] = resized.round().clamp(0, 255).to(torch.uint8)
+    return out
