@@ -72,11 +72,23 @@ def read_split_list(
                     f"{where}: label {label + label_base} ({classes[label]}) but the image is "
                     f"in folder {folder!r}"
                 )
-            image = images / relative
+            image = inside(images, relative, where)
             if not image.is_file():
                 raise DatasetError(f"{where} names a missing file {image}")
             entries.append((image, label))
     return entries
+
+
+def inside(root: Path, relative: str, where: str) -> Path:
+    """``root / relative``, refused (DatasetError naming ``where``) when ``relative`` is
+    absolute or leads out of ``root`` once ``..`` and symbolic links are resolved: a list
+    someone sent must not make a run read files from elsewhere on the machine."""
+    if Path(relative).is_absolute() or relative.startswith(("/", "\\")):
+        raise DatasetError(f"{where}: absolute path {relative!r}; list paths are relative")
+    path = root / relative
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise DatasetError(f"{where}: {relative!r} leads out of {root}")
+    return path
 
 
 def list_classes(paths: Sequence[Path], *, label_base: int = 0) -> list[str]:
