@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "data_pipeline.py"
@@ -16,10 +15,8 @@ def _rows(lines: list[str], first: str) -> list[list[str]]:
 
 
 def test_smoke_data_pipeline_tables(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("data_pipeline", BENCHMARK)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "data_pipeline", module)
-    spec.loader.exec_module(module)
+    monkeypatch.syspath_prepend(str(BENCHMARK.parent))
+    module = importlib.import_module("data_pipeline")
     monkeypatch.setenv("FEDSHIFT_CACHE", str(tmp_path / "unused-cache"))
     argv = ["--smoke", "--parts", "pipeline,resnet,rss", "--rss-kinds", "domainnet"]
     argv += ["--work", str(tmp_path)]
