@@ -24,6 +24,8 @@ class DatasetLine:
     runs: str
     resolution: int | None = None
     domains: str = ""
+    classes: str = ""
+    layout: str = ""
     split: str = ""
 
 
@@ -38,10 +40,12 @@ def dataset_lines() -> list[DatasetLine]:
         DatasetLine(
             entry.name,
             entry.source,
-            f"fedshift run -d {entry.name} --set data_root=PATH",
-            entry.resolution,
-            ", ".join(entry.domains),
-            entry.split,
+            runs=f"fedshift run -d {entry.name} --set data_root=PATH",
+            resolution=entry.resolution,
+            domains=", ".join(entry.domains),
+            classes=", ".join(entry.classes) or "the class folders found, sorted",
+            layout=entry.layout,
+            split=entry.split,
         )
         for entry in CATALOG.values()
     ]
@@ -49,24 +53,26 @@ def dataset_lines() -> list[DatasetLine]:
         DatasetLine(
             digits.NAME,
             f"built in: {digits.DESCRIPTION}",
-            f"fedshift run -d {digits.NAME}",
-            digits.IMAGE_SIZE,
-            ", ".join(digits.DOMAINS),
-            "fixed train/val/test per domain",
+            runs=f"fedshift run -d {digits.NAME}",
+            resolution=digits.IMAGE_SIZE,
+            domains=", ".join(digits.DOMAINS),
+            classes=", ".join(digits.CLASSES),
+            split="fixed train/val/test per domain",
         )
     )
     descriptions = registered_datasets()
     for name, origin in custom_datasets().items():
         source = f"{origin}: {descriptions[name]}" if name in descriptions else origin
-        lines.append(DatasetLine(name, source, f"fedshift run -d {name}"))
+        lines.append(DatasetLine(name, source, runs=f"fedshift run -d {name}"))
     lines.append(
         DatasetLine(
             "PATH",
             "any folder laid out ROOT/<domain>/<class>/<image> (generic fallback)",
-            "fedshift run -d PATH (or folder:PATH); --set image_size=N to resize",
-            FOLDER_IMAGE_SIZE,
-            "the domain folders; classes: the class folders found, sorted",
-            "seeded stratified 70/10/20 per domain (--set split_seed=N)",
+            runs="fedshift run -d PATH (or folder:PATH); --set image_size=N to resize",
+            resolution=FOLDER_IMAGE_SIZE,
+            domains="the domain folders",
+            classes="the class folders found, sorted",
+            split="seeded stratified 70/10/20 per domain (--set split_seed=N)",
         )
     )
     return lines
@@ -79,6 +85,10 @@ def print_datasets() -> None:
         print(f"{line.name}{size}  {line.source}")
         if line.domains:
             print(f"    domains: {line.domains}")
+        if line.classes:
+            print(f"    classes: {line.classes}")
+        if line.layout:
+            print(f"    layout:  {line.layout}")
         if line.split:
             print(f"    split:   {line.split}")
         print(f"    runs:    {line.runs}")
@@ -110,7 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     actions = parser.add_subparsers(dest="action", parser_class=ArgumentParser, required=True)
     actions.add_parser(
-        "list", help="every dataset: source, domains, split, resolution, how to run it"
+        "list",
+        help="every dataset: source, domains, classes, layout, split, resolution, how to run it",
     )
     check = actions.add_parser("check", help="validate a copy; per-domain, per-split counts")
     check.add_argument("name", help="a catalog name (see `fedshift datasets list`)")
