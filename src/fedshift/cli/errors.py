@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,20 @@ def fail(message: object) -> int:
     return EXIT_USAGE
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help layout, but a name such as ``office-caltech10`` is never broken at
+    its hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports errors as one line (with a did-you-mean) and exit code 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
