@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fedshift.cli.errors import Command
+from fedshift.cli.errors import Command, run_again
 from fedshift.cli.flags import add_run_flags, flag_values
 from fedshift.cli.tables import print_table
 from fedshift.core.errors import ConfigError, RunInterrupted
@@ -100,7 +100,7 @@ def after_write_error(args: argparse.Namespace, run_dir: Path) -> str:
 
     if has_checkpoint(run_dir):
         return f"continue with: fedshift run --out {run_dir} --resume"
-    return "run the same command again"
+    return run_again(args, run_dir)
 
 
 COMMAND = Command("run", "run one experiment", add_arguments, run, interrupted, after_write_error)
