@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 
 import pytest
 
+import fedshift
 from fedshift.cli import main
+from fedshift.core.errors import (
+    CheckpointError,
+    ConfigError,
+    DatasetError,
+    FedshiftError,
+    RoundFailed,
+    StorageError,
+)
+from fedshift.data.catalog import CATALOG
 
 
 @pytest.mark.parametrize(
@@ -61,6 +74,60 @@ def test_list_datasets(in_tmp, capsys):
     assert main(["list", "datasets"]) == 0
     out = capsys.readouterr().out
     assert "digits-dg" in out and "mnistm" in out and "optdigits" in out
+
+
+def test_both_dataset_listings_print_the_catalog_built_in_registered_and_folder(capsys):
+    fedshift.register_dataset("cli-listed", lambda: {}, "a test's own set")
+    assert main(["list", "datasets"]) == 0
+    listed = capsys.readouterr().out
+    assert main(["datasets", "list"]) == 0
+    assert capsys.readouterr().out == listed
+    for entry in CATALOG.values():
+        assert f"{entry.name}  [{entry.resolution} px]  {entry.source}" in listed
+        assert f"fedshift run -d {entry.name} --set data_root=PATH" in listed
+    assert "digits-dg  [32 px]  built in" in listed
+    assert "cli-listed  registered: a test's own set" in listed
+    assert "PATH  [64 px]" in listed
+
+
+def test_run_help_gives_every_catalog_entry_its_resolution(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # no line wrapped inside a name
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    named = {
+        name: int(size)
+        for size, names in re.findall(r"(\d+) px: ([^;)]*)", text)
+        for name in names.split(", ")
+    }
+    assert named == {name: entry.resolution for name, entry in CATALOG.items()}
+    assert "digits-dg is built in (32 px)" in text
+
+
+def test_every_user_error_is_a_fedshift_error_of_its_old_kind():
+    for kind, builtin in [
+        (ConfigError, ValueError),
+        (DatasetError, ValueError),
+        (CheckpointError, RuntimeError),
+        (RoundFailed, RuntimeError),
+    ]:
+        assert issubclass(kind, FedshiftError) and issubclass(kind, builtin)
+    full = StorageError("disk full", "run/summary.json")
+    assert isinstance(full, FedshiftError) and isinstance(full, OSError)
+
+
+def test_pretrain_refuses_a_non_positive_learning_rate(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["pretrain", "--domain", "syn", "--out", "w.pt", "--lr", "-1"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == "fedshift: error: argument --lr: must be > 0, got -1\n"
+
+
+def test_python_m_fedshift_cli_runs_the_command():
+    done = subprocess.run(
+        [sys.executable, "-m", "fedshift.cli", "--version"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.startswith("fedshift "), done.stderr
 
 
 def test_toml_config_and_set_override(in_tmp, capsys):

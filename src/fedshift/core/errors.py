@@ -1,8 +1,8 @@
 """The errors fedshift raises on bad input, one type per kind of input.
 
-Each message names what was expected; the command line turns them into one line and exit
-code 2. They live at the bottom layer so every module can raise them without importing
-the layers above.
+Each message names what was expected; the command line turns every :class:`FedshiftError`
+into one line and exit code 2. They live at the bottom layer so every module can raise them
+without importing the layers above.
 """
 
 from __future__ import annotations
@@ -12,23 +12,29 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-class ConfigError(ValueError):
+class FedshiftError(Exception):
+    """An error caused by the user's input or files (not a bug): the base the command line
+    reports as one line ``fedshift: error: ...``; each subclass keeps its builtin ancestry so
+    ``except ValueError`` / ``except OSError`` callers still catch it."""
+
+
+class ConfigError(FedshiftError, ValueError):
     """A configuration that cannot run; the message names the valid choices."""
 
 
-class DatasetError(ValueError):
+class DatasetError(FedshiftError, ValueError):
     """A dataset could not be loaded, built or partitioned; the message says what was expected."""
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(FedshiftError, RuntimeError):
     """A checkpoint that is missing, corrupt or belongs to another run."""
 
 
-class RoundFailed(RuntimeError):
+class RoundFailed(FedshiftError, RuntimeError):
     """Too few clients replied for the failure policy."""
 
 
-class StorageError(OSError):
+class StorageError(FedshiftError, OSError):
     """A run file could not be written (a full disk, a read-only folder); names the file."""
 
     def __init__(self, message: str, path: str | Path):

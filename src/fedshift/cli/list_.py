@@ -1,0 +1,69 @@
+"""``fedshift list algorithms|datasets|models|presets`` (plug-ins marked); ``list datasets``
+prints the listing of ``fedshift datasets list``. The module name ends in ``_`` so that it
+does not shadow the builtin ``list``."""
+
+from __future__ import annotations
+
+import argparse
+
+from fedshift.cli.datasets import print_datasets
+from fedshift.cli.errors import Command
+from fedshift.cli.tables import print_table
+
+
+def shared_text(cls) -> str:
+    """What an algorithm sends to the server, e.g. ``model:model``, or why nothing."""
+    if cls.pooled:
+        return "nothing (pooled data, not federated)"
+    return ", ".join(f"{k}:{v.value}" for k, v in cls.shares.items()) or "nothing"
+
+
+def algorithm_rows() -> list[tuple[str, ...]]:
+    from fedshift.algorithms import all_algorithms, origin_of
+
+    rows = [("name", "shares", "paper", "from")]
+    for name, cls in all_algorithms().items():
+        rows.append((name, shared_text(cls), cls.paper, origin_of(name)))
+    return rows
+
+
+def preset_rows() -> list[tuple[str, ...]]:
+    from fedshift.presets import load_preset, preset_names
+
+    rows = [("name", "algorithm", "dataset", "paper", "paper's number")]
+    for name in preset_names():
+        preset = load_preset(name)
+        paper, result = preset.meta.get("paper", "-"), preset.meta.get("paper_result", "-")
+        rows.append((name, preset.algorithm, preset.dataset, paper, result))
+    return rows
+
+
+def model_rows() -> list[tuple[str, ...]]:
+    from fedshift.models.registry import all_models
+
+    rows = [("name", "description", "from")]
+    rows += [(name, desc, origin) for name, (desc, origin) in all_models().items()]
+    return rows
+
+
+TABLES = {"algorithms": algorithm_rows, "models": model_rows, "presets": preset_rows}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=["algorithms", "datasets", "models", "presets"])
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.what == "datasets":
+        print_datasets()
+    else:
+        print_table(TABLES[args.what]())
+    return 0
+
+
+COMMAND = Command(
+    "list",
+    "list algorithms, datasets, models (plug-ins marked) or paper presets",
+    add_arguments,
+    run,
+)

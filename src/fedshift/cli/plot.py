@@ -1,0 +1,56 @@
+"""``fedshift plot tsne|curves``: figures from run directories."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fedshift.cli.errors import ArgumentParser, Command
+from fedshift.core.errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    figures = parser.add_subparsers(dest="figure", parser_class=ArgumentParser, required=True)
+    tsne = figures.add_parser(
+        "tsne", help="t-SNE of client features, coloured by class, global prototypes marked"
+    )
+    tsne.add_argument("run_dir", help="a run directory (config.json + checkpoint.pt)")
+    tsne.add_argument("--out", help="PNG file (default RUN_DIR/tsne.png)")
+    tsne.add_argument("--per-client", type=int, default=100, dest="per_client")
+    tsne.add_argument(
+        "--with-target",
+        action="store_true",
+        dest="with_target",
+        help="also embed the held-out target domain's test split (its own marker)",
+    )
+    curves = figures.add_parser(
+        "curves", help="per-round curves, one line per config with mean ± std over seeds"
+    )
+    curves.add_argument("run_dirs", nargs="+", help="run directories or folders holding them")
+    curves.add_argument("--out", required=True, help="PNG file to write")
+    curves.add_argument(
+        "--metric",
+        default="target_accuracy",
+        help="a metrics.jsonl key, e.g. train_loss or per_domain_accuracy/mnist "
+        "(default target_accuracy)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.figure == "curves":
+        from fedshift.report.curves import find_run_dirs, plot_curves
+
+        if not Path(args.out).resolve().parent.is_dir():
+            raise ConfigError(f"--out {args.out}: folder {Path(args.out).parent} does not exist")
+        path = plot_curves(find_run_dirs(args.run_dirs), args.out, args.metric)
+    else:
+        from fedshift.report.tsne import plot_tsne
+
+        path = plot_tsne(
+            args.run_dir, args.out, per_client=args.per_client, with_target=args.with_target
+        )
+    print(f"wrote {path}")
+    return 0
+
+
+COMMAND = Command("plot", "figures from run directories", add_arguments, run)

@@ -1,0 +1,65 @@
+"""``fedshift report``: tables (mean ± std over seeds) from run directories."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fedshift.cli.errors import Command
+from fedshift.cli.run import csv
+from fedshift.core.errors import ConfigError, did_you_mean
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", help="run directories or folders holding them")
+    parser.add_argument(
+        "--metric",
+        default="target_accuracy",
+        help="summary key to tabulate (default target_accuracy, source-val selected)",
+    )
+    parser.add_argument("--rows", help="comma-separated algorithm order")
+    parser.add_argument("--format", choices=["md", "csv"], default="md")
+    parser.add_argument(
+        "--plot",
+        help="also write per-round curves of --metric (mean ± std over seeds) to this PNG; "
+        "a summary figure such as target_accuracy_last draws its per-round metric",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedshift.report.aggregate import csv_text, find_summaries, markdown, table
+    from fedshift.report.curves import plot_curves
+    from fedshift.report.selection import has_grid, points_table, selection_markdown
+
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        raise ConfigError(f"--plot {args.plot}: folder {Path(args.plot).parent} does not exist")
+    summaries = find_summaries(args.paths)
+    if not summaries:
+        raise ConfigError(f"no summary.json under {', '.join(args.paths)}")
+    metrics = sorted(
+        {k for s in summaries for k, v in s.items() if isinstance(v, int | float)}
+        - {"seed", "rounds"}
+    )
+    if args.metric not in metrics:
+        raise ConfigError(
+            f"unknown --metric {args.metric!r}{did_you_mean(args.metric, metrics)}; "
+            f"the summaries have: {', '.join(metrics)}"
+        )
+    rows = csv(args.rows) if args.rows else None
+    if has_grid(summaries):  # a grid sweep: per grid point, then the selected ones
+        if args.format == "md":
+            print(selection_markdown(summaries, args.metric, rows))
+        else:
+            print(csv_text(*points_table(summaries, args.metric, rows)))
+    else:
+        header, body = table(summaries, args.metric, rows)
+        print(markdown(header, body) if args.format == "md" else csv_text(header, body))
+    if args.plot:
+        path = plot_curves([s["_run_dir"] for s in summaries], args.plot, args.metric)
+        print(f"wrote {path}")
+    return 0
+
+
+COMMAND = Command(
+    "report", "tables (mean ± std over seeds) from run directories", add_arguments, run
+)

@@ -1,0 +1,106 @@
+"""``fedshift run``: one experiment (or, with ``--dry-run``, its resolved config and clients)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fedshift.cli.errors import Command, run_again
+from fedshift.cli.flags import add_run_flags, flag_values
+from fedshift.cli.tables import print_table
+from fedshift.core.errors import ConfigError, RunInterrupted
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_flags(parser)
+    parser.add_argument(
+        "--out", help="run directory (default runs/<algo>-<dataset>-<target>-s<seed>)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its checkpoint"
+    )
+    parser.add_argument("--config", help="TOML file with run keys and an [algo] table")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config key, e.g. --set lr=0.05 --set algo.mu=0.1",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        dest="dry_run",
+        help="print the resolved config and the clients (role, domain, split sizes); no training",
+    )
+
+
+def csv(text: str) -> list[str]:
+    """The non-empty comma-separated parts of ``text``."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedshift.config import resolve, resolve_resume
+    from fedshift.engine.rundir import check_run_dir
+    from fedshift.engine.runner import run_experiment
+    from fedshift.report.table import format_summary
+
+    if args.sources is not None and not csv(args.sources):
+        raise ConfigError(
+            f"--sources {args.sources!r} names no domain; give comma-separated source domains "
+            "or leave --sources out for every domain but the target"
+        )
+    flags = flag_values(args)
+    if args.resume and args.out:
+        check_run_dir(Path(args.out), resume=True)  # before its config.json is read
+        cfg = resolve_resume(args.out, args.config, flags, args.set)
+    else:
+        cfg = resolve(args.config, flags, args.set)
+    if args.dry_run:
+        print_task(cfg)
+        return 0
+    summary, out_dir = run_experiment(cfg, args.out, resume=args.resume, progress=not args.quiet)
+    print(format_summary(summary))
+    print(f"run directory: {out_dir}")
+    return 0
+
+
+def print_task(cfg) -> None:
+    """``--dry-run``: the resolved config (as a TOML file ``--config`` reads) and the
+    federated task, built as for a run but not trained."""
+    from fedshift.engine.assembly import prepare
+
+    info = prepare(cfg).info
+    settings = cfg.to_dict()
+    algo = settings.pop("algo")
+    print("# resolved config (usable as --config FILE)")
+    for key, value in settings.items():
+        print(f"{key} = {json.dumps(value)}")
+    print("[algo]")
+    for key, value in algo.items():
+        print(f"{key} = {json.dumps(value)}")
+    print(
+        f"\n# task: {len(info['clients'])} clients; sources {', '.join(info['sources'])}; "
+        f"targets {', '.join(info['targets'])}"
+    )
+    columns = ("id", "name", "domain", "role", "train", "val", "test")
+    print_table([columns, *([client[k] for k in columns] for client in info["clients"])])
+
+
+def interrupted(args: argparse.Namespace, stop: RunInterrupted) -> str:
+    how = "continue it with" if stop.checkpointed else "nothing was saved; start it again with"
+    return f"; {how}: fedshift run --out {stop.run_dir} --resume"
+
+
+def after_write_error(args: argparse.Namespace, run_dir: Path) -> str:
+    from fedshift.core.state import has_checkpoint
+
+    if has_checkpoint(run_dir):
+        return f"continue with: fedshift run --out {run_dir} --resume"
+    return run_again(args, run_dir)
+
+
+COMMAND = Command("run", "run one experiment", add_arguments, run, interrupted, after_write_error)

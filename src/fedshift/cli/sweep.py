@@ -1,0 +1,100 @@
+"""``fedshift sweep``: algorithms x targets x seeds x a hyperparameter grid, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fedshift.cli.errors import Command
+from fedshift.cli.flags import add_run_flags, flag_values
+from fedshift.cli.run import csv
+from fedshift.core.errors import ConfigError, RunInterrupted
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-a", "--algorithms", required=True, help="comma-separated algorithms")
+    parser.add_argument("-t", "--targets", required=True, help="comma-separated target domains")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    add_run_flags(parser, sweep=True)
+    parser.add_argument("--out", required=True, help="folder for the run directories")
+    parser.add_argument("--config", help="TOML file applied to every run")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="sweep a run key or algo.<hyperparameter> over values, crossed with the others, "
+        "e.g. --grid algo.mu=0.001,0.01 --grid lr=0.01,0.05 "
+        "(run directories ALGO-TARGET-sSEED@KEY=V,...)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="runs at once (default 1; with --backend ray: all, as Ray schedules them); "
+        "each gets max(1, cores // jobs) CPU threads unless threads is set",
+    )
+    parser.add_argument(
+        "--devices", help="comma-separated devices given to runs round-robin, e.g. cuda:0,cuda:1"
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="local: this process (jobs 1) or spawned worker processes; ray: one Ray task per "
+        "run (pip install 'fedshift[ray]'; joins $RAY_ADDRESS when set)",
+    )
+    parser.add_argument("--quiet", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedshift.engine.sweep import sweep
+    from fedshift.report.aggregate import markdown, table
+    from fedshift.report.selection import has_grid, selection_markdown
+
+    try:
+        seeds = [int(s) for s in csv(args.seeds)]
+    except ValueError:
+        raise ConfigError(f"--seeds expects integers, got {args.seeds!r}") from None
+    algorithms = csv(args.algorithms)
+    summaries = sweep(
+        algorithms,
+        csv(args.targets),
+        seeds,
+        args.out,
+        config_file=args.config,
+        flags=flag_values(args, sweep=True),
+        sets=args.set,
+        grid=args.grid,
+        jobs=args.jobs,
+        devices=csv(args.devices) if args.devices else None,
+        backend=args.backend,
+        progress=not args.quiet,
+    )
+    if summaries:
+        if has_grid(summaries):
+            print(selection_markdown(summaries, rows=algorithms))
+        else:
+            print(markdown(*table(summaries, rows=algorithms)))
+    if summaries.failed:
+        print(
+            f"fedshift: {len(summaries.failed)} of {len(summaries) + len(summaries.failed)} "
+            f"runs failed: {', '.join(path.name for path, _ in summaries.failed)}; fix the "
+            "cause and run the same sweep again (finished runs are kept)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def interrupted(args: argparse.Namespace, stop: RunInterrupted) -> str:
+    return f" in {stop.run_dir}; run the same sweep again to continue it"
+
+
+COMMAND = Command(
+    "sweep",
+    "algorithms x targets x seeds x a hyperparameter grid (resumable, parallel)",
+    add_arguments,
+    run,
+    interrupted,
+)
