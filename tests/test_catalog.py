@@ -95,11 +95,6 @@ def test_domainnet_official_lists_and_the_fedbn_ten_class_subset(tmp_path):
     assert warnings == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py's --dataset help is still hand-typed (camelyon17, femnist missing); the CLI "
-    "rewrite builds it from fedshift.data.catalog.catalog_rows(): remove this mark then",
-)
 def test_run_help_names_every_catalog_entry(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
