@@ -15,7 +15,8 @@ the catalog datasets), not from the original file. It has two backends (``augmen
   parameters (``same_on_batch=False``), computed in float32 in [0, 1] and rounded back to
   uint8 once. On the CPU it is slower than ``pil`` (float32 HSV round trip for the hue step
   against PIL's 8-bit kernels; ``docs/speed.md``), so ``auto`` picks ``batched`` on CUDA and
-  ``pil`` on the CPU.
+  ``pil`` on the CPU. (``torchvision.transforms.v2`` applied to a batch tensor draws one set
+  of parameters for the whole batch, checked with torchvision 0.29, hence kornia.)
 
 Deviation notes (``batched`` against torchvision's PIL path; the parameter ranges are the same):
 
