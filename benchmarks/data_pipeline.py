@@ -4,8 +4,8 @@ data.
 
     python benchmarks/data_pipeline.py [--images 2000] [--repeats 3] [--threads 1]
                                        [--workers 0] [--batch 64] [--size 224]
-                                       [--parts pipeline,resnet,rss] [--work DIR]
-                                       [--smoke]
+                                       [--parts pipeline,resnet,rss,augment] [--work DIR]
+                                       [--augment-batches 8] [--smoke]
 
 ``--parts`` picks the sections (default: ``pipeline``).
 
@@ -33,6 +33,16 @@ ratios of the medians.
 at 224 px on random inputs; on a CUDA device also bf16 autocast + channels_last (batch 128)
 and the share of the device's dense bf16 peak (``--peak-tflops``, or a table of known
 devices), counting 3 x 1.82 GMAC x 2 FLOP per training sample.
+
+**Augmentation backends** (``augment``): DomainBed's augmentation (``augment=domainbed``) of
+``--augment-batches`` uint8 batches of ``--batch`` images at ``--size`` px on the CPU with
+each backend (``augment_backend``: ``pil``, image by image on PIL; ``batched``, kornia on the
+whole batch), repetitions interleaved, min and median images/s. On a CUDA device (and on the
+CPU at tiny sizes with ``--smoke``, so that a prepared GPU command is tested) also the
+``batched`` backend on the device, each host batch copied there first as a run does (batch
+128 on CUDA), against ResNet-18's training samples/s at the same size and batch (bf16
+autocast + channels_last on CUDA), and their ratio: the augmentation keeps up with training
+when it is well above 1 (target 1.5x).
 
 **Memory** (``rss``): in fresh subprocesses, ``VmHWM`` (peak resident set) and the
 anonymous resident memory at the end (``RssAnon``: the process's own copies, not the page
@@ -312,6 +322,106 @@ def resnet_lines(args) -> list[str]:
     return lines
 
 
+# -- augmentation backends ---------------------------------------------------------------------
+def photo_batch(count: int, size: int, seed: int = 0):
+    """``count`` uint8 RGB images of ``size`` px: colour ramps and grain, like photos for the
+    colour kernels (their cost does not depend on content)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    ramp = torch.linspace(0, 1, size)
+    base = torch.rand(count, 3, 1, 1, generator=gen) * 0.5 + 0.25 * (ramp[None] + ramp[:, None])
+    grain = torch.rand(count, 3, size, size, generator=gen) * 0.2
+    return ((base + grain).clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def augment_lines(args) -> list[str]:
+    """The two backends on the CPU, and the batched one on the device against ResNet-18."""
+    import torch
+
+    from fedshift.data.augment import BatchedDomainBedAugment, DomainBedAugment
+
+    images = photo_batch(args.batch, args.size)
+    backends = {"pil": DomainBedAugment(args.size), "batched": BatchedDomainBedAugment(args.size)}
+    generator = torch.Generator().manual_seed(0)
+    for augment in backends.values():
+        augment(images, generator)  # warm-up: lazy imports, first allocations
+    rates: dict[str, list[float]] = {name: [] for name in backends}
+    for _ in range(args.repeats):
+        for name, augment in backends.items():
+            start = time.perf_counter()
+            for _ in range(args.augment_batches):
+                augment(images, generator)
+            rates[name].append(args.augment_batches * len(images) / (time.perf_counter() - start))
+    lines = [
+        f"DomainBed augmentation, {args.augment_batches} batches of {args.batch} uint8 images "
+        f"at {args.size} px per repetition, {args.threads} torch thread(s)",
+        "",
+        "| augment_backend | device | images/s min | images/s median |",
+        "|---|---|---|---|",
+    ]
+    for name, values in rates.items():
+        lines.append(f"| {name} | cpu | {min(values):,.0f} | {statistics.median(values):,.0f} |")
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    ratio = median["batched"] / median["pil"]
+    lines += ["", f"batched/pil on the CPU (median images/s): {ratio:.2f}x"]
+    if torch.cuda.is_available():
+        lines += ["", *device_augment_lines(args, torch.device("cuda"), batch=128, steps=20)]
+    elif args.smoke:
+        lines += ["", *device_augment_lines(args, torch.device("cpu"), args.batch, steps=1)]
+    else:
+        lines += ["", "no CUDA device: the batched backend against GPU training is not measured"]
+    return lines
+
+
+def device_augment_lines(args, device, batch: int, steps: int) -> list[str]:
+    """Batched augmentation (host batch -> device -> augment) and ResNet-18 training on
+    ``device``, samples/s, median of ``--repeats`` interleaved repetitions of ``steps`` batches."""
+    import torch
+    from torchvision.models import resnet18
+
+    from fedshift.data.augment import BatchedDomainBedAugment
+
+    fast = device.type == "cuda"
+    augment = BatchedDomainBedAugment(args.size)
+    host = photo_batch(batch, args.size, seed=1)
+    generator = torch.Generator().manual_seed(0)
+    model = resnet18(num_classes=len(PACS_CLASSES)).to(device)
+    x = torch.randn(batch, 3, args.size, args.size, device=device)
+    y = torch.randint(0, len(PACS_CLASSES), (batch,), device=device)
+    if fast:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.to(memory_format=torch.channels_last)
+
+    def augment_seconds() -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            augment(host.to(device, non_blocking=True), generator)
+        if fast:
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    augment_seconds()  # warm-up
+    augmented, trained = [], []
+    for _ in range(args.repeats):
+        augmented.append(batch * steps / augment_seconds())
+        trained.append(batch * steps / timed_steps(model, x, y, fast, steps))
+    name = torch.cuda.get_device_name(device) if fast else "cpu"
+    precision = "bf16 autocast + channels_last" if fast else "float32"
+    augment_rate, train_rate = statistics.median(augmented), statistics.median(trained)
+    return [
+        f"on {name}, batch {batch}, {args.size} px, median of {args.repeats} x {steps} batches",
+        "",
+        "| work | samples/s median |",
+        "|---|---|",
+        f"| batched augmentation (host uint8 batch -> {device.type} -> augmented) "
+        f"| {augment_rate:,.0f} |",
+        f"| ResNet-18 training ({precision}) | {train_rate:,.0f} |",
+        "",
+        f"augmentation/training (samples/s): {augment_rate / train_rate:.2f}x (target >= 1.5x)",
+    ]
+
+
 # -- memory -----------------------------------------------------------------------------------
 def _rss_anon_mib() -> float:
     status = Path("/proc/self/status")
@@ -458,7 +568,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--parts", default="pipeline", help="of pipeline,resnet,rss")
+    parser.add_argument("--parts", default="pipeline", help="of pipeline,resnet,rss,augment")
+    parser.add_argument("--augment-batches", type=int, default=8, help="per repetition")
     parser.add_argument("--peak-tflops", type=float, default=0.0, help="device bf16 peak")
     parser.add_argument("--rss-kinds", default="imports,pacs,domainnet")
     parser.add_argument("--clients", type=int, default=4, help="clients per source domain")
@@ -475,14 +586,17 @@ def main(argv: list[str] | None = None) -> list[str]:
     if args.smoke:
         args.images, args.repeats, args.batch, args.size = 60, 1, 8, 32
         args.clients, args.rss_batches, args.domainnet_scale = 1, 1, 0.001
+        args.augment_batches = 1
     import torch
 
     torch.set_num_threads(args.threads)
     work = Path(args.work or tempfile.mkdtemp(prefix="fedshift-pipeline-"))
     parts = {p for p in args.parts.split(",") if p}
-    unknown = parts - {"pipeline", "resnet", "rss"}
+    unknown = parts - {"pipeline", "resnet", "rss", "augment"}
     if unknown:
-        parser.error(f"unknown part {sorted(unknown)[0]!r}; choose from pipeline, resnet, rss")
+        parser.error(
+            f"unknown part {sorted(unknown)[0]!r}; choose from pipeline, resnet, rss, augment"
+        )
     lines = []
     if "pipeline" in parts:
         lines += pipeline_table(args, work)
@@ -490,6 +604,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         lines += ["", *resnet_lines(args)]
     if "rss" in parts:
         lines += ["", *rss_lines(args, work)]
+    if "augment" in parts:
+        lines += ["", *augment_lines(args)]
     print("\n".join(lines), flush=True)
     return lines
 

@@ -269,7 +269,7 @@ def test_augment_defaults_domainbed_for_the_catalog_and_none_for_digits(tmp_path
     common = (f"data_root={tmp_path / 'data'}", "image_size=16", "batch_size=8")
     vlcs = ["-d", "vlcs", "-t", "VOC2007"]
     inputs, seeded = _run_inputs(tmp_path / "a", vlcs, *common)
-    assert inputs == {"augment": "domainbed", "normalize": "symmetric"}
+    assert inputs == {"augment": "domainbed", "normalize": "symmetric", "augment_backend": "pil"}
     _, again = _run_inputs(tmp_path / "b", vlcs, *common)
     assert _accuracies(seeded) == _accuracies(again)  # augmented runs stay reproducible
     inputs, unaugmented = _run_inputs(tmp_path / "c", vlcs, *common, "augment=none")

@@ -1,4 +1,4 @@
-"""benchmarks/data_pipeline.py --smoke runs and prints its three tables (CI smoke)."""
+"""benchmarks/data_pipeline.py --smoke runs and prints its four tables (CI smoke)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,17 @@ def _rows(lines: list[str], first: str) -> list[list[str]]:
     return [row for row in rows if row[0] == first]
 
 
+def _rows_starting(lines: list[str], prefix: str) -> list[list[str]]:
+    """The cells of the table rows whose first cell starts with ``prefix``."""
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines if line[:1] == "|"]
+    return [row for row in rows if row[0].startswith(prefix)]
+
+
 def test_smoke_data_pipeline_tables(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARK.parent))
     module = importlib.import_module("data_pipeline")
     monkeypatch.setenv("FEDSHIFT_CACHE", str(tmp_path / "unused-cache"))
-    argv = ["--smoke", "--parts", "pipeline,resnet,rss", "--rss-kinds", "domainnet"]
+    argv = ["--smoke", "--parts", "pipeline,resnet,rss,augment", "--rss-kinds", "domainnet"]
     argv += ["--work", str(tmp_path)]
     lines = module.main(argv)
     (fed,), (folder,) = _rows(lines, "fedshift"), _rows(lines, "ImageFolder")
@@ -34,3 +40,11 @@ def test_smoke_data_pipeline_tables(tmp_path, monkeypatch):
     )
     assert float(domainnet[4].replace(",", "")) > 0
     assert len(list((tmp_path / "pacs-60" / "kfold" / "sketch").rglob("*.jpg"))) > 0
+    for backend in ("pil", "batched"):
+        ((_, device, _, median),) = _rows(lines, backend)
+        assert device == "cpu" and float(median.replace(",", "")) > 0
+    assert any(line.startswith("batched/pil on the CPU (median images/s): ") for line in lines)
+    # the device comparison (CUDA when there is one) runs on the CPU at smoke sizes
+    (training,) = _rows_starting(lines, "ResNet-18 training")
+    assert float(training[1].replace(",", "")) > 0
+    assert any(line.startswith("augmentation/training (samples/s): ") for line in lines)

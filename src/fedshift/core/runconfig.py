@@ -27,6 +27,9 @@ OPTIMIZERS = ("sgd", "adam")
 FAILURE_POLICIES = ("strict", "dynamic", "resilient")
 VECTORIZE = ("auto", "off", "on")
 AUGMENTS = ("auto", "none", "domainbed", "cifar")
+#: where ``augment=domainbed`` runs (``RunConfig.augment_backend``, :mod:`fedshift.data.augment`)
+AugmentBackend = Literal["auto", "batched", "pil"]
+AUGMENT_BACKENDS: tuple[str, ...] = typing.get_args(AugmentBackend)
 NORMALIZE = ("auto", "symmetric", "imagenet")
 #: experiment loggers (run key ``tracking``, a comma list) -> the module each one needs; the
 #: pip extra that installs it has the logger's name (``pip install 'fedshift[wandb]'``)
@@ -88,6 +91,9 @@ class RunConfig:
     # cifar (4-px reflect pad, random crop back, horizontal flip: MOON's CIFAR transform);
     # auto: domainbed for the catalog photo datasets, none otherwise (CIFAR, digits-dg, folders)
     augment: str = "auto"
+    # where augment=domainbed runs: batched (kornia, whole batches on the run's device), pil
+    # (image by image on PIL, as DomainBed); auto: batched on CUDA, pil on the CPU (faster there)
+    augment_backend: AugmentBackend = "auto"
     clients_per_domain: int = 1
     partition: str = "iid"  # how a domain is split among its clients
     dirichlet_alpha: float = 0.5
@@ -250,6 +256,7 @@ def check_run_values(cfg: RunConfig) -> None:
     check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
     check_choice("vectorize", cfg.vectorize, VECTORIZE)
     check_choice("augment", cfg.augment, AUGMENTS)
+    check_choice("augment_backend", cfg.augment_backend, AUGMENT_BACKENDS)
     check_choice("normalize", cfg.normalize, NORMALIZE)
     tracking_loggers(cfg.tracking)
     for key in ("personal_eval_every", "eval_batch_size"):

@@ -25,7 +25,12 @@ from fedshift.core.seeding import derive_seed
 from fedshift.core.split import Images
 from fedshift.core.version import __version__
 from fedshift.data import load_dataset
-from fedshift.data.augment import Augment, build_augment, resolve_augment
+from fedshift.data.augment import (
+    Augment,
+    build_augment,
+    resolve_augment,
+    resolve_augment_backend,
+)
 from fedshift.data.catalog.elcfs import SETS as SEGMENTATION_SETS
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.protocols import build_scenario
@@ -363,12 +368,15 @@ def prepare(
                 f"augment={augment_name} transforms images only and would misalign the "
                 "segmentation masks; use augment=none"
             )
-        augment = build_augment(augment_name, dataset.image_size, dataset.channels)
+        backend = resolve_augment_backend(cfg.augment_backend, device)
+        augment = build_augment(augment_name, dataset.image_size, dataset.channels, backend)
     except DatasetError as exc:
         raise ConfigError(str(exc)) from None
     contexts = client_contexts(
         scenario, dataset.num_classes, client_builds, train_cfg, device, cfg.rounds, augment
     )
     inputs = {"augment": augment_name, "normalize": build.template.input_normalization}
+    if augment_name == "domainbed":
+        inputs["augment_backend"] = backend
     info = run_info(cfg, dataset, scenario, device, inputs)
     return Experiment(cfg, dataset, scenario, algorithm, contexts, device, info, server_data)
