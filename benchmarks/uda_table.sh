@@ -16,8 +16,10 @@ set -euo pipefail
 out=${1:-runs/uda}; rounds=${2:-30}
 seeds=${SEEDS:-0,1,2}; targets=${TARGETS:-mnistm,mnist,syn,optdigits}
 rows=fedavg,centralized,fada,fact-nf,fact
+# EXTRA: more run flags for every run (e.g. "--set client_data_fraction=0.02" for a smoke test)
+read -r -a extra <<<"${EXTRA:-}"
 common=(-d digits-dg --protocol msst --rounds "$rounds" --set threads=1
-  --set device="${DEVICE:-auto}" --quiet)
+  --set device="${DEVICE:-auto}" --quiet ${extra[@]+"${extra[@]}"})
 fedshift sweep -a "$rows" -t "$targets" --seeds "$seeds" "${common[@]}" --out "$out"
 fedshift sweep -a fact-nf -t "$targets" --seeds "${ABLATION_SEEDS:-0}" "${common[@]}" \
   --set algo.adapt_target=false --out "$out-no-target-step"

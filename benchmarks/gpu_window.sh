@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Every figure that needs a GPU, in one prepared command for a short GPU window (~12 min on
+# one H100), prioritized and time-boxed; writes one Markdown table (OUT/gpu_window.md) and a
+# log per step (OUT/<step>.log). Steps, most important first:
+#   gpu-tests   pytest -m gpu (bf16/channels_last training, batched augmentation on CUDA, ...)
+#   throughput  FedAvg, 100 digit-CNN clients: sequential vs vectorized vs the fused
+#               one-model ceiling, in one run (benchmarks/throughput.py)
+#   resnet      ResNet-18 at 224 px, bf16 + channels_last: samples/s and share of the bf16
+#               peak (benchmarks/data_pipeline.py --parts resnet)
+#   input       the batched augmentation on the GPU against the model's samples/s
+#               (benchmarks/data_pipeline.py --parts augment; the target is >= 1.5x)
+#   pacs        a real PACS FedAvg run: ResNet-18 from scratch (no ImageNet weights here),
+#               224 px, held-out sketch, as many rounds as fit (resumable); accuracy, time
+#   uda         the FACT/FACT-NF UDA table (benchmarks/uda_table.sh), with what time is left
+#
+#   bash benchmarks/gpu_window.sh OUT [--pacs ROOT] [--budget SECONDS] [--dry-run]
+#
+# --dry-run runs every step unchanged in shape on the CPU at tiny sizes (a default-tier test
+# does that), so the real window never meets an untested step. Without --pacs the PACS step
+# uses $FEDSHIFT_REAL_DATA/PACS when that exists, else it is skipped with the reason.
+# On the device machine fedshift's own Python dependencies that its image lacks travel as
+# wheels in .whl/ (see /work/.library/device/README.md): they are installed first if present.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+out="" pacs="" budget=720 dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --pacs) pacs="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -*) echo "gpu_window.sh: unknown option $1" >&2; exit 2 ;;
+    *) out="$1"; shift ;;
+  esac
+done
+[ -n "$out" ] || { echo "usage: bash benchmarks/gpu_window.sh OUT [--pacs ROOT] [--budget S] [--dry-run]" >&2; exit 2; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+if [ -z "$pacs" ] && [ -n "${FEDSHIFT_REAL_DATA:-}" ] && [ -d "$FEDSHIFT_REAL_DATA/PACS" ]; then
+  pacs="$FEDSHIFT_REAL_DATA/PACS"
+fi
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/fedshift-site .whl/*.whl && export PYTHONPATH="/tmp/fedshift-site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD/src:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+export FEDSHIFT_CACHE="${FEDSHIFT_CACHE:-$out/cache}"
+py=${PYTHON:-python3}
+# `fedshift` as a command, also for the scripts the steps call (no install needed)
+mkdir -p "$out/bin"
+printf '#!/usr/bin/env bash\nexec %q -m fedshift.cli "$@"\n' "$py" >"$out/bin/fedshift"
+chmod +x "$out/bin/fedshift"
+export PATH="$out/bin:$PATH"
+
+if [ "$dry" -eq 1 ]; then
+  device=cpu
+else
+  device=cuda
+  "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {
+    echo "gpu_window.sh: no CUDA device (use --dry-run on the CPU)" >&2; exit 2; }
+fi
+start=$(date +%s)
+table="$out/gpu_window.md"
+{
+  echo "# GPU window $(date -u +%Y-%m-%dT%H:%MZ)$([ "$dry" -eq 1 ] && echo ' (dry run on the CPU: no figure here is a GPU figure)')"
+  echo
+  echo "device: $("$py" -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')") ·" \
+    "torch $("$py" -c 'import torch; print(torch.__version__)') · commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo
+  echo "| step | status | seconds | result (last line of OUT/<step>.log) |"
+  echo "|---|---|---|---|"
+} >"$table"
+
+left() { echo $(( budget - ($(date +%s) - start) )); }
+
+# step NAME LIMIT_SECONDS COMMAND...: run within min(LIMIT, what is left), log, add a row
+step() {
+  local name=$1 limit=$2; shift 2
+  local remaining; remaining=$(left)
+  if [ "$remaining" -lt 20 ]; then
+    echo "| $name | skipped: out of time | 0 | |" >>"$table"; return
+  fi
+  [ "$limit" -gt "$remaining" ] && limit=$remaining
+  local t0 status; t0=$(date +%s)
+  echo "== $name (at most ${limit}s)"
+  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  status=$?
+  local verdict="ok"
+  case $status in
+    0) ;;
+    124|137) verdict="stopped at ${limit}s" ;;
+    *) verdict="failed (exit $status)" ;;
+  esac
+  local last; last=$(grep -v '^[[:space:]]*$' "$out/$name.log" | tail -n 1 | tr '|' '/' | cut -c1-200)
+  echo "| $name | $verdict | $(( $(date +%s) - t0 )) | $last |" >>"$table"
+}
+
+if [ "$dry" -eq 1 ]; then
+  step gpu-tests 120 "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
+  step throughput 120 "$py" benchmarks/throughput.py --quick --device cpu \
+    --methods sequential,vectorized,fused --threads 1
+  step resnet 120 "$py" benchmarks/data_pipeline.py --smoke --parts resnet --threads 1 \
+    --work "$out/pipeline"
+  step input 120 "$py" benchmarks/data_pipeline.py --smoke --parts augment --threads 1 \
+    --work "$out/pipeline"
+  pacs_flags="--model cnn --set image_size=16 --set client_data_fraction=0.5 --rounds 1"
+  uda_rounds=1 uda_extra="--set client_data_fraction=0.02"
+else
+  step gpu-tests 90 "$py" -m pytest -q -m gpu -p no:cacheprovider tests
+  step throughput 100 "$py" benchmarks/throughput.py --clients 100 --device cuda \
+    --methods sequential,vectorized,fused --repeats 3
+  step resnet 90 "$py" benchmarks/data_pipeline.py --parts resnet --size 224 --batch 256 \
+    --repeats 3 --work "$out/pipeline"
+  step input 90 "$py" benchmarks/data_pipeline.py --parts augment --size 224 --batch 128 \
+    --repeats 3 --work "$out/pipeline"
+  pacs_flags="--model resnet18 --rounds 100"
+  uda_rounds=30 uda_extra=""
+fi
+
+export out device pacs pacs_flags py uda_rounds uda_extra
+if [ -n "$pacs" ] && [ -d "$pacs" ]; then
+  # resumable: a run stopped at the step's limit keeps its finished rounds
+  step pacs 300 bash -c '
+    if [ -f "$out/pacs-run/checkpoint.pt" ]; then
+      fedshift run --out "$out/pacs-run" --resume --quiet || exit
+    else
+      fedshift run -a fedavg -d pacs -t sketch --device "$device" --quiet \
+        --set data_root="$pacs" $pacs_flags --out "$out/pacs-run" || exit
+    fi
+    "$py" benchmarks/gpu_window_pacs.py "$out/pacs-run"'
+else
+  echo "| pacs | skipped: no PACS copy (--pacs ROOT or \$FEDSHIFT_REAL_DATA/PACS) | 0 | |" >>"$table"
+fi
+
+step uda 600 bash -c 'DEVICE="$device" SEEDS=0 TARGETS=mnistm EXTRA="$uda_extra" \
+  bash benchmarks/uda_table.sh "$out/uda" "$uda_rounds"'
+
+echo >>"$table"
+echo "Total: $(( $(date +%s) - start )) s of a ${budget} s budget. Logs: OUT/<step>.log." >>"$table"
+cat "$table"
