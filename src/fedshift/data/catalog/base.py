@@ -18,7 +18,15 @@ import torch
 
 from fedshift.core.split import Split
 from fedshift.data.domains import DatasetError, Domain, DomainDataset
-from fedshift.data.lists import VAL_FRACTION, Entry, decode_dataset, held_out_count, holdout
+from fedshift.data.formats.images import verify_images
+from fedshift.data.lists import (
+    SPLITS,
+    VAL_FRACTION,
+    Entry,
+    decode_dataset,
+    held_out_count,
+    holdout,
+)
 from fedshift.data.lists import read_split_list as read_list
 
 Counts = dict[str, dict[str, int]]
@@ -208,6 +216,19 @@ class ImageListDataset(CatalogDataset):
             f"user split lists from {folder.resolve()} (val: the list, or a seeded stratified "
             f"{VAL_FRACTION:g} of the train list where none is given, split_seed={seed})"
         )
+
+    def count(self, root: Path) -> tuple[Counts, list[str]]:
+        """The official split a run would read, checked the way a run reads it (every listed
+        file present, every label in range, naming list and line) plus every image's header
+        opened (no decoding); a domain's total is its distinct images."""
+        splits, _ = self.official_splits(root, self.class_names(root), 0)
+        images = {
+            domain: {path for entries in parts.values() for path, _ in entries}
+            for domain, parts in splits.items()
+        }
+        verify_images(sorted(set().union(*images.values())))
+        counts = {d: {s: len(parts[s]) for s in SPLITS} for d, parts in splits.items()}
+        return counts, self.total_warnings({d: len(paths) for d, paths in images.items()})
 
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
         classes = self.class_names(root)

@@ -8,13 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedshift.data.catalog.base import (
-    Counts,
-    ImageListDataset,
-    Splits,
-    domain_holdout,
-    holdout_counts,
-)
+from fedshift.data.catalog.base import ImageListDataset, Splits, domain_holdout
 from fedshift.data.domains import DatasetError
 from fedshift.data.lists import VAL_FRACTION, list_classes, read_split_list
 
@@ -33,25 +27,6 @@ DOMAINNET10_CLASSES = (
     "wine_glass",
     "zebra",
 )
-
-
-def _list_class_sizes(path: Path, classes: tuple[str, ...] = ()) -> list[int]:
-    """Images per class of a split list (``<domain>/<class>/<file> <label>``), only
-    ``classes`` if given."""
-    if not path.is_file():
-        raise DatasetError(f"missing split file {path} (expected by the official layout)")
-    wanted = frozenset(classes)
-    sizes: dict[str, int] = {}
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            parts = line.split()[0].split("/")
-            name = parts[-2] if len(parts) > 2 else ""
-            if wanted and name not in wanted:
-                continue
-            sizes[name] = sizes.get(name, 0) + 1
-    return list(sizes.values())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,17 +60,6 @@ class DomainNetDataset(ImageListDataset):
             f"official train/test lists{subset}; val: a seeded stratified {VAL_FRACTION:g} of "
             f"the train list (split_seed={seed}); test: the test list"
         )
-
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
-        counts = {}
-        for domain in self.domains:
-            self.domain_dir(root, domain)
-            train, test = (
-                _list_class_sizes(root / p.format(d=domain), self.classes) for p in LISTS
-            )
-            counts[domain] = {**holdout_counts(train), "test": sum(test)}
-        totals = {d: c["train"] + c["val"] + c["test"] for d, c in counts.items()}
-        return counts, self.total_warnings(totals)
 
 
 _LAYOUT = "ROOT/<domain>/<class>/<image> + ROOT/<domain>_train.txt, ROOT/<domain>_test.txt"
