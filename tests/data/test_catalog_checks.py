@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_catalog_digit_five import _tree as _digit_five_tree
 from test_catalog_loaders import _domainnet_tree, _folder_tree
 
 from fedshift.cli import main
@@ -77,3 +78,10 @@ def test_class_folder_check_opens_every_image(tmp_path, capsys, name):
     broken = next(tmp_path.glob("*/**/car/*_003.jpg"))
     broken.write_bytes(b"<html>403 Forbidden</html>")
     _check_and_run_fail(name, tmp_path, rf"unreadable image file .*{broken.name}", capsys)
+
+
+def test_digit_five_check_opens_every_mnistm_image(tmp_path, capsys):
+    root = _digit_five_tree(tmp_path / "d5")
+    broken = root / "mnistm" / "mnist_m_test" / "00000004.png"
+    broken.write_bytes(broken.read_bytes()[:10])
+    _check_and_run_fail("digit-five", root, r"unreadable image file .*00000004\.png", capsys)
