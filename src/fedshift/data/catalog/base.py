@@ -32,6 +32,8 @@ from fedshift.data.lists import read_split_list as read_list
 Counts = dict[str, dict[str, int]]
 Splits = dict[str, dict[str, list[Entry]]]
 USER_LIST = "{domain}_{split}.txt"
+#: up to how many fixed classes ``datasets list`` names one by one
+LISTED_CLASSES = 12
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class CatalogDataset(ABC):
     domains: tuple[str, ...]
     resolution: int  # the side images are decoded to unless image_size says otherwise
     description: str  # one line for `datasets list` and the --dataset help
+    class_source: str  # where the classes and their label order come from
     official_totals: Mapping[str, int] = field(default_factory=dict)  # images per domain
     classes: tuple[str, ...] = ()  # in label order; empty: read from the copy
     augment: str = "none"  # the training augmentation `augment=auto` picks
@@ -116,6 +119,13 @@ class CatalogDataset(ABC):
             for domain, official in self.official_totals.items()
             if totals[domain] != official
         ]
+
+    def class_line(self) -> str:
+        """The classes in label order (where the card fixes them) and their source: the
+        ``classes:`` line of ``datasets list``."""
+        if self.classes and len(self.classes) <= LISTED_CLASSES:
+            return f"{', '.join(self.classes)}; {self.class_source}"
+        return self.class_source
 
     def row(self) -> tuple[str, str, str, int, str]:
         """(name, source, domains, resolution, description): one line of the catalog."""

@@ -173,4 +173,5 @@ CAMELYON17 = Camelyon17Dataset(
     classes=("normal", "tumor"),
     augment="none",
     description="96 px lymph-node patches, tumor or not, from 5 hospitals",
+    class_source="metadata.csv's tumor column: 0 normal, 1 tumor",
 )

@@ -25,6 +25,7 @@ class ClassFolderDataset(ImageListDataset):
     split: str = HOLDOUT_SPLIT
     resolution: int = 224
     nested: str = ""  # a sub-folder of a domain that may hold its class folders
+    class_source: str = "the class folders found, sorted (DomainBed's ImageFolder order)"
 
     def domain_dir(self, root: Path, domain: str) -> Path:
         folder = super().domain_dir(root, domain)

@@ -579,4 +579,5 @@ DIGIT_FIVE = DigitFiveDataset(
     official_totals={d: sum(s.values()) for d, s in OFFICIAL.items()},
     classes=CLASSES,
     description="digits 0..9 in 5 styles (MNIST, MNIST-M, SVHN, USPS, SynDigits)",
+    class_source="the digit each file's labels give, SVHN's and SynDigits' 10 as 0",
 )
