@@ -9,7 +9,7 @@ from PIL import Image
 
 from fedshift.cli import main
 from fedshift.data import DatasetError
-from fedshift.data.catalog import CATALOG, check_dataset
+from fedshift.data.catalog import CATALOG, FOLDER_DATASETS, check_dataset
 
 
 def _jpeg(path: Path) -> None:
@@ -55,7 +55,7 @@ def test_missing_split_file_and_domain_are_one_line_errors(tmp_path):
 def test_office_home_real_world_with_a_space(tmp_path):
     for domain in CATALOG["office-home"].domains:
         (tmp_path / domain / "Alarm_Clock").mkdir(parents=True)
-        (tmp_path / domain / "Alarm_Clock" / "00001.jpg").write_bytes(b"")
+        _jpeg(tmp_path / domain / "Alarm_Clock" / "00001.jpg")
     counts, _ = check_dataset("office-home", tmp_path)
     assert counts["Real World"] == {"train": 1, "val": 0, "test": 1}  # one image: nothing held out
 
@@ -84,9 +84,12 @@ def test_cli_list_and_check(tmp_path, capsys):
 
 def test_domainnet_official_lists_and_the_fedbn_ten_class_subset(tmp_path):
     for domain in CATALOG["domainnet"].domains:
-        (tmp_path / domain).mkdir()
-        train = [f"{domain}/bird/{domain}_001.jpg 0", f"{domain}/aircraft_carrier/a.jpg 1"]
-        (tmp_path / f"{domain}_train.txt").write_text("\n".join(train) + "\n")
+        train = [f"{domain}/bird/{domain}_001.jpg", f"{domain}/aircraft_carrier/a.jpg"]
+        for image in [*train, f"{domain}/zebra/z.jpg"]:
+            (tmp_path / image).parent.mkdir(parents=True, exist_ok=True)
+            _jpeg(tmp_path / image)
+        rows = [f"{image} {label}" for label, image in enumerate(train)]
+        (tmp_path / f"{domain}_train.txt").write_text("\n".join(rows) + "\n")
         (tmp_path / f"{domain}_test.txt").write_text(f"{domain}/zebra/z.jpg 2\n")
     counts, _ = check_dataset("domainnet", tmp_path)
     assert counts["real"] == {"train": 2, "val": 0, "test": 1}  # one image per class: none held
@@ -101,3 +104,30 @@ def test_run_help_names_every_catalog_entry(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for name in CATALOG:
         assert name in text, name
+
+
+def test_each_dataset_states_where_its_classes_come_from():
+    for name, entry in CATALOG.items():
+        line = entry.class_line()
+        assert entry.class_source and "\n" not in line, name
+        assert ("class folders found" in line) == (name in FOLDER_DATASETS), name
+    assert "official lists" in CATALOG["domainnet"].class_line()
+    assert CATALOG["domainnet10"].class_line().startswith("bird, feather, headphones")
+    assert (
+        "release" in CATALOG["cifar10"].class_line()
+        and "airplane" in CATALOG["cifar10"].class_line()
+    )
+    assert "fine_label_names.txt" in CATALOG["cifar100"].class_line()
+    assert CATALOG["pacs"].class_line().startswith("dog, elephant, giraffe")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cli.py's print_catalog still prints \"', '.join(entry.classes) or 'the class folders "
+    "found, sorted'\"; the CLI rewrite prints entry.class_line(): remove this mark then",
+)
+def test_datasets_list_states_each_class_source(capsys):
+    assert main(["datasets", "list"]) == 0
+    listing = capsys.readouterr().out
+    for entry in CATALOG.values():
+        assert f"classes: {entry.class_line()}" in listing, entry.name

@@ -94,9 +94,13 @@ def inside(root: Path, relative: str, where: str) -> Path:
 def list_classes(paths: Sequence[Path], *, label_base: int = 0) -> list[str]:
     """The class order a set of official lists defines: the folder of each label, by label.
 
-    A label found in two class folders, or a label never used, raises DatasetError.
+    Labels must run ``label_base``.. without a gap, one per class folder: a label found in two
+    class folders, a folder under two labels, or a label out of that range (one that leaves a
+    lower label unused) raises DatasetError naming the list and line.
     """
-    names: dict[int, str] = {}
+    names: dict[int, str] = {}  # label -> class folder
+    labels: dict[str, int] = {}  # class folder -> label
+    first_use: dict[int, str] = {}  # label -> the list line that first used it
     for path in paths:
         if not path.is_file():
             raise DatasetError(f"missing split list {path}")
@@ -105,24 +109,32 @@ def list_classes(paths: Sequence[Path], *, label_base: int = 0) -> list[str]:
                 parts = line.rsplit(maxsplit=1)
                 if not parts:
                     continue
+                where = f"{path.name} line {number}"
                 if len(parts) != 2 or not parts[1].isdigit():
-                    raise DatasetError(
-                        f"{path.name} line {number}: expected '<domain>/<class>/<file> <label>'"
-                    )
+                    raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
                 label = int(parts[1]) - label_base
                 folder = Path(parts[0]).parent.name
+                if label < 0:
+                    raise DatasetError(f"{where}: label {parts[1]} is below {label_base}")
                 if names.setdefault(label, folder) != folder:
                     raise DatasetError(
-                        f"{path.name} line {number}: label {parts[1]} is class {names[label]!r} "
+                        f"{where}: label {parts[1]} is class {names[label]!r} "
                         f"elsewhere but the image is in folder {folder!r}"
                     )
+                if labels.setdefault(folder, label) != label:
+                    raise DatasetError(
+                        f"{where}: label {parts[1]} for folder {folder!r}, which is label "
+                        f"{labels[folder] + label_base} at {first_use[labels[folder]]}"
+                    )
+                first_use.setdefault(label, where)
     if not names:
         raise DatasetError(f"the split lists {', '.join(p.name for p in paths)} name no image")
-    missing = sorted(set(range(max(names) + 1)) - set(names))
-    if missing or min(names) < 0:
+    unused = sorted(set(range(max(names) + 1)) - set(names))
+    if unused:
+        above = min(k for k in names if k > unused[0])
         raise DatasetError(
-            f"the split lists use labels {min(names) + label_base}..{max(names) + label_base} "
-            f"but never label {(missing or [min(names)])[0] + label_base}"
+            f"{first_use[above]}: label {above + label_base} is out of range: no list line uses "
+            f"label {unused[0] + label_base} (labels run {label_base}.. one per class, no gap)"
         )
     return [names[k] for k in range(len(names))]
 

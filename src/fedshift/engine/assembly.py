@@ -38,6 +38,7 @@ from fedshift.engine.scenario import Scenario, server_images
 from fedshift.eval.segmentation import check_masks
 from fedshift.models import build_model
 from fedshift.models.registry import parse_variants, variant_of_client
+from fedshift.models.weights import weights_file
 
 
 def resolve_device(name: str) -> torch.device:
@@ -321,6 +322,11 @@ def prepare(
     device = resolve_device(cfg.device)
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    if cfg.model_weights:  # a missing weight file is reported before any image is decoded
+        try:
+            weights_file(cfg.model, cfg.model_weights)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if dataset is None:
         if cfg.problem != "segmentation" and cfg.dataset.split(":")[0] in SEGMENTATION_SETS:
             raise ConfigError(segmentation_only(cfg.dataset.split(":")[0]))

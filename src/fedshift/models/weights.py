@@ -19,7 +19,14 @@ from torch import Tensor
 
 from .base import FedModel
 
-__all__ = ["load_weights", "imagenet_weights_file", "IMAGENET", "IMAGENET_MEAN", "IMAGENET_STD"]
+__all__ = [
+    "load_weights",
+    "imagenet_weights_file",
+    "weights_file",
+    "IMAGENET",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+]
 
 #: the ``model_weights`` value that asks for torchvision's ImageNet weights
 IMAGENET = "imagenet"
@@ -194,4 +201,21 @@ def imagenet_weights_file(arch: str) -> Path:
             f"model_weights=imagenet: {path} does not match the hash in its name "
             f"({expected}...): a corrupt or different file; replace it with torchvision's {name}"
         )
+    return path
+
+
+def weights_file(arch: str, model_weights: str | os.PathLike) -> Path:
+    """The file ``model_weights`` names for model ``arch``: ``imagenet`` is torchvision's file
+    from torch's cache (:func:`imagenet_weights_file`, hash-checked), anything else a path that
+    must exist. A run calls it before loading its dataset, so a missing weight file is
+    reported before a single image is decoded.
+
+    Raises:
+        ValueError: as :func:`imagenet_weights_file`, or the path is not a file.
+    """
+    if os.fspath(model_weights) == IMAGENET:
+        return imagenet_weights_file(arch)
+    path = Path(os.fspath(model_weights))
+    if not path.is_file():
+        raise ValueError(f"weights file not found: {os.fspath(model_weights)!r}")
     return path

@@ -18,12 +18,22 @@ import torch
 
 from fedshift.core.split import Split
 from fedshift.data.domains import DatasetError, Domain, DomainDataset
-from fedshift.data.lists import VAL_FRACTION, Entry, decode_dataset, held_out_count, holdout
+from fedshift.data.formats.images import verify_images
+from fedshift.data.lists import (
+    SPLITS,
+    VAL_FRACTION,
+    Entry,
+    decode_dataset,
+    held_out_count,
+    holdout,
+)
 from fedshift.data.lists import read_split_list as read_list
 
 Counts = dict[str, dict[str, int]]
 Splits = dict[str, dict[str, list[Entry]]]
 USER_LIST = "{domain}_{split}.txt"
+#: up to how many fixed classes ``datasets list`` names one by one
+LISTED_CLASSES = 12
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,7 @@ class CatalogDataset(ABC):
     domains: tuple[str, ...]
     resolution: int  # the side images are decoded to unless image_size says otherwise
     description: str  # one line for `datasets list` and the --dataset help
+    class_source: str  # where the classes and their label order come from
     official_totals: Mapping[str, int] = field(default_factory=dict)  # images per domain
     classes: tuple[str, ...] = ()  # in label order; empty: read from the copy
     augment: str = "none"  # the training augmentation `augment=auto` picks
@@ -108,6 +119,13 @@ class CatalogDataset(ABC):
             for domain, official in self.official_totals.items()
             if totals[domain] != official
         ]
+
+    def class_line(self) -> str:
+        """The classes in label order (where the card fixes them) and their source: the
+        ``classes:`` line of ``datasets list``."""
+        if self.classes and len(self.classes) <= LISTED_CLASSES:
+            return f"{', '.join(self.classes)}; {self.class_source}"
+        return self.class_source
 
     def row(self) -> tuple[str, str, str, int, str]:
         """(name, source, domains, resolution, description): one line of the catalog."""
@@ -208,6 +226,19 @@ class ImageListDataset(CatalogDataset):
             f"user split lists from {folder.resolve()} (val: the list, or a seeded stratified "
             f"{VAL_FRACTION:g} of the train list where none is given, split_seed={seed})"
         )
+
+    def count(self, root: Path) -> tuple[Counts, list[str]]:
+        """The official split a run would read, checked the way a run reads it (every listed
+        file present, every label in range, naming list and line) plus every image's header
+        opened (no decoding); a domain's total is its distinct images."""
+        splits, _ = self.official_splits(root, self.class_names(root), 0)
+        images = {
+            domain: {path for entries in parts.values() for path, _ in entries}
+            for domain, parts in splits.items()
+        }
+        verify_images(sorted(set().union(*images.values())))
+        counts = {d: {s: len(parts[s]) for s in SPLITS} for d, parts in splits.items()}
+        return counts, self.total_warnings({d: len(paths) for d, paths in images.items()})
 
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
         classes = self.class_names(root)

@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedshift.data.catalog.base import (
-    Counts,
     ImageListDataset,
     Splits,
     domain_holdout,
-    holdout_counts,
 )
 from fedshift.data.domains import DatasetError
 from fedshift.data.lists import VAL_FRACTION, Entry
@@ -132,6 +130,7 @@ class Camelyon17Dataset(ImageListDataset):
         return list(self.classes)
 
     def official_splits(self, root: Path, classes: list[str], seed: int) -> tuple[Splits, str]:
+        self.domain_dir(root, HOSPITALS[0])
         out = {}
         for domain, rows in _by_domain(_read_metadata(root, self.layout)).items():
             if not rows:
@@ -148,18 +147,6 @@ class Camelyon17Dataset(ImageListDataset):
             f"a seeded stratified {VAL_FRACTION:g} of it, split_seed={seed}); test: the whole "
             "hospital"
         )
-
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
-        self.domain_dir(root, HOSPITALS[0])
-        counts = {}
-        for domain, rows in _by_domain(_read_metadata(root, self.layout)).items():
-            val = sum(r.split == 1 for r in rows)
-            if val:
-                counts[domain] = {"train": len(rows) - val, "val": val, "test": len(rows)}
-            else:
-                sizes = [sum(r.label == k for r in rows) for k in range(2)]
-                counts[domain] = holdout_counts([n for n in sizes if n])
-        return counts, self.total_warnings({d: c["test"] for d, c in counts.items()})
 
 
 CAMELYON17 = Camelyon17Dataset(
@@ -186,4 +173,5 @@ CAMELYON17 = Camelyon17Dataset(
     classes=("normal", "tumor"),
     augment="none",
     description="96 px lymph-node patches, tumor or not, from 5 hospitals",
+    class_source="metadata.csv's tumor column: 0 normal, 1 tumor",
 )

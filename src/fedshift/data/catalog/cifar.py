@@ -208,6 +208,7 @@ CIFAR10 = CifarDataset(
     release=LAYOUTS["cifar10"],
     official_classes=CIFAR10_CLASSES,
     description="10 object classes, one domain (label-skew experiments)",
+    class_source=f"the release's label order: {', '.join(CIFAR10_CLASSES)}",
 )
 CIFAR100 = CifarDataset(
     name="cifar100",
@@ -219,4 +220,7 @@ CIFAR100 = CifarDataset(
     release=LAYOUTS["cifar100"],
     label_kind="fine labels",
     description="100 object classes (fine labels), one domain (label-skew experiments)",
+    class_source=(
+        "the release's fine_label_names.txt in label order, class_00..class_99 without it"
+    ),
 )

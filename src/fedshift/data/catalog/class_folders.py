@@ -10,15 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedshift.data.catalog.base import (
-    Counts,
-    ImageListDataset,
-    Splits,
-    domain_holdout,
-    holdout_counts,
-)
-from fedshift.data.domains import DatasetError
-from fedshift.data.formats.images import image_files
+from fedshift.data.catalog.base import ImageListDataset, Splits, domain_holdout
 from fedshift.data.lists import VAL_FRACTION, class_folders, folder_entries
 
 HOLDOUT_SPLIT = "DomainBed 80/20 seeded holdout; target: whole domain"
@@ -33,6 +25,7 @@ class ClassFolderDataset(ImageListDataset):
     split: str = HOLDOUT_SPLIT
     resolution: int = 224
     nested: str = ""  # a sub-folder of a domain that may hold its class folders
+    class_source: str = "the class folders found, sorted (DomainBed's ImageFolder order)"
 
     def domain_dir(self, root: Path, domain: str) -> Path:
         folder = super().domain_dir(root, domain)
@@ -53,20 +46,6 @@ class ClassFolderDataset(ImageListDataset):
             f"DomainBed holdout: per domain a seeded stratified {1 - VAL_FRACTION:g}/"
             f"{VAL_FRACTION:g} train/val split (split_seed={seed}); test: the whole domain"
         )
-
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
-        counts = {}
-        for domain in self.domains:
-            folder = self.domain_dir(root, domain)
-            sizes = [
-                len(image_files(c))
-                for c in sorted(folder.iterdir())
-                if c.is_dir() and not c.name.startswith(".")
-            ]
-            if not any(sizes):
-                raise DatasetError(f"domain folder {folder} holds no image in a class folder")
-            counts[domain] = holdout_counts(sizes)
-        return counts, self.total_warnings({d: c["test"] for d, c in counts.items()})
 
 
 OFFICE_HOME = ClassFolderDataset(

@@ -51,7 +51,7 @@ from fedshift.data.catalog.base import (
 )
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.formats.idx import find_idx, read_idx
-from fedshift.data.formats.images import resize_uint8
+from fedshift.data.formats.images import resize_uint8, verify_images
 from fedshift.data.formats.libsvm import read_libsvm
 from fedshift.data.formats.mat import mat_load, mat_variables
 from fedshift.data.lists import VAL_FRACTION, decode_dataset
@@ -543,7 +543,17 @@ class DigitFiveDataset(CatalogDataset):
         """Per-domain train / test counts of the full files, and one line per file whose
         count differs from the official copy's."""
         counts = file_counts(root)
-        return counts, count_warnings(counts, sources(root))
+        where = sources(root)
+        if where["mnistm"] == "folder":  # the one domain of image files: open their headers
+            folder = _mnistm_folder(root)
+            verify_images(
+                [
+                    folder / f"mnist_m_{split}" / name
+                    for split in _SPLITS
+                    for name, _ in _mnistm_list(folder, split)
+                ]
+            )
+        return counts, count_warnings(counts, where)
 
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
         seed = options.seed
@@ -569,4 +579,5 @@ DIGIT_FIVE = DigitFiveDataset(
     official_totals={d: sum(s.values()) for d, s in OFFICIAL.items()},
     classes=CLASSES,
     description="digits 0..9 in 5 styles (MNIST, MNIST-M, SVHN, USPS, SynDigits)",
+    class_source="the digit each file's labels give, SVHN's and SynDigits' 10 as 0",
 )

@@ -8,13 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedshift.data.catalog.base import (
-    Counts,
-    ImageListDataset,
-    Splits,
-    domain_holdout,
-    holdout_counts,
-)
+from fedshift.data.catalog.base import ImageListDataset, Splits, domain_holdout
 from fedshift.data.domains import DatasetError
 from fedshift.data.lists import VAL_FRACTION, list_classes, read_split_list
 
@@ -33,25 +27,6 @@ DOMAINNET10_CLASSES = (
     "wine_glass",
     "zebra",
 )
-
-
-def _list_class_sizes(path: Path, classes: tuple[str, ...] = ()) -> list[int]:
-    """Images per class of a split list (``<domain>/<class>/<file> <label>``), only
-    ``classes`` if given."""
-    if not path.is_file():
-        raise DatasetError(f"missing split file {path} (expected by the official layout)")
-    wanted = frozenset(classes)
-    sizes: dict[str, int] = {}
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            parts = line.split()[0].split("/")
-            name = parts[-2] if len(parts) > 2 else ""
-            if wanted and name not in wanted:
-                continue
-            sizes[name] = sizes.get(name, 0) + 1
-    return list(sizes.values())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,17 +61,6 @@ class DomainNetDataset(ImageListDataset):
             f"the train list (split_seed={seed}); test: the test list"
         )
 
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
-        counts = {}
-        for domain in self.domains:
-            self.domain_dir(root, domain)
-            train, test = (
-                _list_class_sizes(root / p.format(d=domain), self.classes) for p in LISTS
-            )
-            counts[domain] = {**holdout_counts(train), "test": sum(test)}
-        totals = {d: c["train"] + c["val"] + c["test"] for d, c in counts.items()}
-        return counts, self.total_warnings(totals)
-
 
 _LAYOUT = "ROOT/<domain>/<class>/<image> + ROOT/<domain>_train.txt, ROOT/<domain>_test.txt"
 DOMAINNET = DomainNetDataset(
@@ -118,6 +82,7 @@ DOMAINNET = DomainNetDataset(
         "sketch": 69128,
     },
     description="345 object classes in 6 styles, the largest DG benchmark",
+    class_source="the official lists' labels, each naming one class folder (345 classes)",
 )
 DOMAINNET10 = DomainNetDataset(
     name="domainnet10",
@@ -131,4 +96,5 @@ DOMAINNET10 = DomainNetDataset(
     resolution=224,
     classes=DOMAINNET10_CLASSES,
     description="DomainNet's 10 classes used by FedBN, in 6 styles",
+    class_source="FedBN's subset, by class folder, relabelled 0..9 in this order",
 )

@@ -142,6 +142,7 @@ FUNDUS = ElcfsDataset(
     official_totals={"client1": 101, "client2": 159, "client3": 400, "client4": 400},
     npy_folder="data_npy",
     description="retinal fundus photos from 4 sites, optic disc and cup segmentation",
+    class_source="the mask channels of each .npy file, one per segmented structure",
 )
 PROSTATE = ElcfsDataset(
     name="prostate",
@@ -156,6 +157,7 @@ PROSTATE = ElcfsDataset(
     classes=("prostate",),
     npy_folder="",
     description="prostate MRI slices from 6 sites, prostate segmentation",
+    class_source="the mask channel of each .npy file",
 )
 #: the segmentation sets by name
 SETS = {s.name: s for s in (FUNDUS, PROSTATE)}

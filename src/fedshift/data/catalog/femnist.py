@@ -206,4 +206,5 @@ FEMNIST = FemnistDataset(
     resolution=SIDE,
     classes=CLASSES,
     description="28 px handwritten digits and letters (62 classes), each writer a domain",
+    class_source="LEAF's labels 0..61: digits, then upper-case, then lower-case letters",
 )

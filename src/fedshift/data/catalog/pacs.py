@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedshift.data.catalog.base import Counts, ImageListDataset, Splits
-from fedshift.data.formats.images import verify_images
+from fedshift.data.catalog.base import ImageListDataset, Splits
 from fedshift.data.lists import read_split_list
 
 #: fedshift split -> the authors' list file for a domain
@@ -60,15 +59,6 @@ class PacsDataset(ImageListDataset):
             }
         return out
 
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
-        """The official lists' sizes after opening every listed image's header; the domain
-        totals are the test_kfold lists."""
-        entries = self.split_entries(root)
-        listed = {p for splits in entries.values() for items in splits.values() for p, _ in items}
-        verify_images(sorted(listed))
-        counts = {d: {s: len(v) for s, v in splits.items()} for d, splits in entries.items()}
-        return counts, self.total_warnings({d: c["test"] for d, c in counts.items()})
-
 
 PACS = PacsDataset(
     name="pacs",
@@ -87,4 +77,5 @@ PACS = PacsDataset(
     # the authors' class order: label k in the lists is classes[k - 1]
     classes=("dog", "elephant", "giraffe", "guitar", "horse", "house", "person"),
     description="7 object classes as photos, art paintings, cartoons and sketches",
+    class_source="the authors' order: label k of the kfold lists is the k-th",
 )
