@@ -105,7 +105,7 @@ if [ "$dry" -eq 1 ]; then
   step input 120 "$py" benchmarks/data_pipeline.py --smoke --parts augment --threads 1 \
     --work "$out/pipeline"
   pacs_flags="--model cnn --set image_size=16 --set client_data_fraction=0.5 --rounds 1"
-  uda_rounds=1 uda_extra="--set client_data_fraction=0.02"
+  uda_rounds=1 uda_extra="--set client_data_fraction=0.02" uda_rows=fedavg,fact
 else
   step gpu-tests 90 "$py" -m pytest -q -m gpu -p no:cacheprovider tests
   step throughput 100 "$py" benchmarks/throughput.py --clients 100 --device cuda \
@@ -115,10 +115,10 @@ else
   step input 90 "$py" benchmarks/data_pipeline.py --parts augment --size 224 --batch 128 \
     --repeats 3 --work "$out/pipeline"
   pacs_flags="--model resnet18 --rounds 100"
-  uda_rounds=30 uda_extra=""
+  uda_rounds=30 uda_extra="" uda_rows=fedavg,centralized,fada,fact-nf,fact
 fi
 
-export out device pacs pacs_flags py uda_rounds uda_extra
+export out device pacs pacs_flags py uda_rounds uda_extra uda_rows
 if [ -n "$pacs" ] && [ -d "$pacs" ]; then
   # resumable: a run stopped at the step's limit keeps its finished rounds
   step pacs 300 bash -c '
@@ -133,7 +133,7 @@ else
   echo "| pacs | skipped: no PACS copy (--pacs ROOT or \$FEDSHIFT_REAL_DATA/PACS) | 0 | |" >>"$table"
 fi
 
-step uda 600 bash -c 'DEVICE="$device" SEEDS=0 TARGETS=mnistm EXTRA="$uda_extra" \
+step uda 600 bash -c 'DEVICE="$device" SEEDS=0 TARGETS=mnistm EXTRA="$uda_extra" ROWS="$uda_rows" \
   bash benchmarks/uda_table.sh "$out/uda" "$uda_rounds"'
 
 echo >>"$table"

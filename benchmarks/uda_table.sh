@@ -15,7 +15,7 @@
 set -euo pipefail
 out=${1:-runs/uda}; rounds=${2:-30}
 seeds=${SEEDS:-0,1,2}; targets=${TARGETS:-mnistm,mnist,syn,optdigits}
-rows=fedavg,centralized,fada,fact-nf,fact
+rows=${ROWS:-fedavg,centralized,fada,fact-nf,fact}
 # EXTRA: more run flags for every run (e.g. "--set client_data_fraction=0.02" for a smoke test)
 read -r -a extra <<<"${EXTRA:-}"
 common=(-d digits-dg --protocol msst --rounds "$rounds" --set threads=1

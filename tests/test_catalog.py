@@ -121,11 +121,6 @@ def test_each_dataset_states_where_its_classes_come_from():
     assert CATALOG["pacs"].class_line().startswith("dog, elephant, giraffe")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli.py's print_catalog still prints \"', '.join(entry.classes) or 'the class folders "
-    "found, sorted'\"; the CLI rewrite prints entry.class_line(): remove this mark then",
-)
 def test_datasets_list_states_each_class_source(capsys):
     assert main(["datasets", "list"]) == 0
     listing = capsys.readouterr().out

@@ -43,7 +43,7 @@ def dataset_lines() -> list[DatasetLine]:
             runs=f"fedshift run -d {entry.name} --set data_root=PATH",
             resolution=entry.resolution,
             domains=", ".join(entry.domains),
-            classes=", ".join(entry.classes) or "the class folders found, sorted",
+            classes=entry.class_line(),
             layout=entry.layout,
             split=entry.split,
         )

@@ -1,0 +1,38 @@
+"""The prepared GPU command runs every step on the CPU with ``--dry-run``, so a short GPU
+window never meets an untested step."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_catalog_loaders import _pacs_tree
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_window.sh"
+STEPS = ("gpu-tests", "throughput", "resnet", "input", "pacs", "uda")
+
+
+def test_gpu_window_dry_run_exercises_every_step(tmp_path, digits_cache):
+    pacs = tmp_path / "PACS"
+    _pacs_tree(pacs)
+    env = {**os.environ, "PYTHON": sys.executable, "FEDSHIFT_CACHE": digits_cache}
+    env.pop("FEDSHIFT_REAL_DATA", None)
+    out = tmp_path / "window"
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(out), "--dry-run", "--pacs", str(pacs)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = (out / "gpu_window.md").read_text()
+    assert "dry run on the CPU" in table
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.count("|") >= 5}
+    for name in STEPS:
+        assert name in rows, (name, table)
+        assert rows[name].split("|")[2].strip() == "ok", (name, rows[name], table)
+        assert (out / f"{name}.log").is_file()
+    assert "target accuracy" in rows["pacs"]
