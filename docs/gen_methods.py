@@ -2,7 +2,8 @@
 
 Everything on these pages comes from the registry and the docstrings, so the docs cannot
 drift from the code: paper, what a client shares, problems, protocols, hyperparameters with
-their defaults, and the class docstring with its deviation notes.
+their defaults, paper symbols, meanings and ranges (``describe_hparams``), and the class
+docstring with its deviation notes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 import mkdocs_gen_files
 
 from fedshift.algorithms import REGISTRY
+from fedshift.core.hparams import describe_hparams
 from fedshift.core.runconfig import PROTOCOLS
 
 
@@ -20,13 +22,13 @@ def _cell(value: object) -> str:
 
 
 def hparam_rows(cls) -> list[str]:
+    """One table row per hyperparameter, read from its ``hp()`` declaration."""
     rows = []
-    for field in dataclasses.fields(cls.Hparams):
-        default = field.default if field.default is not dataclasses.MISSING else ""
-        symbol = field.metadata.get("symbol", "") if field.metadata else ""
-        help_text = field.metadata.get("help", "") if field.metadata else ""
+    for info in describe_hparams(cls.Hparams):
+        default = "" if info.default is dataclasses.MISSING else info.default
+        meaning = f"{info.meaning} ({info.range_text})" if info.range_text else info.meaning
         rows.append(
-            f"| `algo.{field.name}` | `{_cell(default)!s}` | {_cell(symbol)} | {_cell(help_text)} |"
+            f"| `algo.{info.name}` | `{_cell(default)}` | {_cell(info.symbol)} | {_cell(meaning)} |"
         )
     return rows
 

@@ -15,16 +15,13 @@ import torch
 import fedshift
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.core.errors import ConfigError
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 
 
 @dataclass(frozen=True)
 class FedProxHeadHparams(BaseHparams):
-    # μ, weight of the pull of the head towards the global head
-    mu: float = 0.1
-
-    def check(self):
-        check_ranges(self, non_negative=("mu",))  # a bad value is a ConfigError, as built-ins
+    # default, paper symbol, meaning and range: a bad value is a ConfigError, as built-ins
+    mu: float = hp(0.1, "μ", "weight of the pull of the head towards the global head", low=0)
 
 
 class FedProxHead(FedAvg):

@@ -212,7 +212,7 @@ def test_version_dry_run_and_show(capsys):
     assert not Path("runs").exists()
     assert main(["show", "fedprox"]) == 0
     out = capsys.readouterr().out
-    assert "algo.mu  float  0.01" in out and "μ, proximal weight" in out
+    assert "algo.mu  float  0.01" in out and "μ weight of the proximal term" in out
     assert "protocols:  lodo, personalized, msst, per-domain" in out
     assert main(["show", "fedproxx"]) == 2
     assert "did you mean 'fedprox'" in capsys.readouterr().err

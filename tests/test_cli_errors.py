@@ -90,7 +90,7 @@ CONFIG_CASES = [
     (["run", "-a", "ccst", "--set", "algo.alpha=1.5"], "algo.alpha must be in [0, 1]"),
     (["run", "-a", "feddg-elcfs", "--set", "algo.temperature=0"], "algo.temperature must be > 0"),
     (["run", "-a", "feddg-elcfs", "--set", "algo.meta_step=-1e-3"], "algo.meta_step must be > 0"),
-    (["run", "-a", "fedga", "--set", "algo.step=1.5"], "algo.step (d) must be in (0, 1)"),
+    (["run", "-a", "fedga", "--set", "algo.step=1.5"], "algo.step must be in (0, 1), got 1.5"),
     (["run", "-a", "fedadg", "--set", "algo.ce_weight=2"], "algo.ce_weight must be in [0, 1]"),
     (["run", "-a", "fedadg", "--set", "algo.label_value=0"], "algo.label_value must be > 0"),
     (

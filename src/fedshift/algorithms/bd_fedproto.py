@@ -14,7 +14,7 @@ from fedshift.algorithms.fedproto import FedProto
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Record
 from fedshift.core.seeding import numpy_generator
 from fedshift.core.state import ServerState
@@ -22,23 +22,34 @@ from fedshift.core.state import ServerState
 
 @dataclass(frozen=True)
 class BDFedProtoHparams(BaseHparams):
-    alpha: float = 0.5  # α, weight of the contrastive term L_C (eq. 3)
-    beta: float = 0.5  # β, weight of the negative part L_N in L_C (eq. 7)
-    temperature: float = 1.0  # T, simulated-annealing temperature of DA (eq. 6)
-    lambda_init: float = 1.0  # λ_D before any adjustment
-    lambda_min: float = 0.1  # lower bound of λ_D
-    lambda_max: float = 2.0  # upper bound of λ_D
-    weighted: bool = True  # FedProto eq. 1 count weighting; False: plain mean
-    # "own-prototypes": nearest own-class C̄(c) (FedProto's official rule); "head": the
-    # classifier. The client holds no labeled prototype of other classes (no "all-prototypes")
-    inference: Literal["own-prototypes", "head"] = "own-prototypes"
+    alpha: float = hp(
+        0.5, "α", "weight of the contrastive term L_C in L_S + α·λ_D·L_C (eq. 3)", low=0
+    )
+    beta: float = hp(0.5, "β", "weight of the negative part L_N inside L_C (eq. 7)", low=0)
+    temperature: float = hp(
+        1.0, "T", "simulated-annealing temperature of the dynamic adjustment DA (eq. 6)", low=0
+    )
+    lambda_init: float = hp(1.0, "λ_D", "each client's weight λ_D of L_C before any adjustment")
+    lambda_min: float = hp(0.1, "", "lower bound of the adjusted λ_D", low=0, low_open=True)
+    lambda_max: float = hp(2.0, "", "upper bound of the adjusted λ_D")
+    weighted: bool = hp(
+        True,
+        "",
+        "weight a client's prototype by its class count (FedProto eq. 1); false: plain mean",
+    )
+    # the client holds no labeled prototype of other classes, hence no "all-prototypes"
+    inference: Literal["own-prototypes", "head"] = hp(
+        "own-prototypes",
+        "",
+        "how a client classifies: own-prototypes = the nearest global prototype among its own "
+        "classes (FedProto's official rule), head = the classifier",
+    )
 
     def check(self) -> None:
-        check_ranges(self, non_negative=("alpha", "beta", "temperature"))
-        if not 0 < self.lambda_min <= self.lambda_init <= self.lambda_max:
+        if not self.lambda_min <= self.lambda_init <= self.lambda_max:
             raise ConfigError(
                 "algo.lambda_min, algo.lambda_init and algo.lambda_max must satisfy "
-                f"0 < lambda_min <= lambda_init <= lambda_max; got {self.lambda_min}, "
+                f"lambda_min <= lambda_init <= lambda_max; got {self.lambda_min}, "
                 f"{self.lambda_init}, {self.lambda_max}"
             )
 

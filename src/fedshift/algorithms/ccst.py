@@ -24,7 +24,7 @@ from fedshift.core.algorithm import RunInfo, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError, RoundFailed
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.split import to_input
@@ -39,21 +39,33 @@ STYLE_BATCH = 64
 
 @dataclass(frozen=True)
 class CCSTHparams(BaseHparams):
-    style: StyleType = "overall"  # style type: "overall" (S_k^overall) or "single" (S_k^single)
-    single_styles: int = 32  # J, per-image styles a client uploads in "single" mode
-    styles_per_image: int = 3  # L, augmentation level: styles per image (clipped to K)
-    alpha: float = 1.0  # α, AdaIN content/style trade-off (official 1.0)
-    vgg_weights: str = ""  # local vgg_normalised.pth: with decoder_weights, the VGG AdaIN model
-    decoder_weights: str = ""  # local AdaIN decoder.pth
-    # server mean of the models: "weighted" by train-split size (FedAvg), or "uniform" 1/K
-    # over the round's clients (the official fed_run.py)
-    aggregation: Aggregation = "weighted"
+    style: StyleType = hp(
+        "overall",
+        "",
+        "style a client shares: overall = one mean/std per client (S_k^overall), single = "
+        "per-image styles (S_k^single)",
+    )
+    single_styles: int = hp(32, "J", "per-image styles a client uploads in single mode", low=1)
+    styles_per_image: int = hp(
+        3, "L", "augmentation level: styles transferred onto each image (clipped to K)", low=1
+    )
+    alpha: float = hp(
+        1.0, "α", "AdaIN content/style trade-off: 1 the full style (official 1.0)", low=0, high=1
+    )
+    vgg_weights: str = hp(
+        "",
+        "",
+        "local vgg_normalised.pth; with decoder_weights, style transfer by the VGG AdaIN model",
+    )
+    decoder_weights: str = hp("", "", "local AdaIN decoder.pth, the VGG AdaIN model's decoder")
+    aggregation: Aggregation = hp(
+        "weighted",
+        "",
+        "server mean of the models: weighted by train-split size (FedAvg), or uniform 1/K over "
+        "the round's clients (the official fed_run.py)",
+    )
 
     def check(self) -> None:
-        if self.single_styles < 1 or self.styles_per_image < 1:
-            raise ConfigError("algo.single_styles and algo.styles_per_image must be >= 1")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ConfigError(f"algo.alpha must be in [0, 1], got {self.alpha}")
         if bool(self.vgg_weights) != bool(self.decoder_weights):
             raise ConfigError(
                 "the VGG AdaIN model needs both algo.vgg_weights and algo.decoder_weights "

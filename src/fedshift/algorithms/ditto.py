@@ -21,19 +21,18 @@ from fedshift.algorithms._common import (
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 
 
 @dataclass(frozen=True)
 class DittoHparams(BaseHparams):
-    # λ of λ/2·‖v_k − θ‖²; the official run scripts use --lam=1 (the paper tunes λ in
-    # {0.01, 0.1, 1, 2} and its dynamic variant picks from {0.1, 1, 2})
-    lam: float = 1.0
-
-    def check(self) -> None:
-        check_ranges(self, non_negative=("lam",))
+    # the official run scripts use --lam=1 (the paper tunes λ in {0.01, 0.1, 1, 2} and its
+    # dynamic variant picks from {0.1, 1, 2})
+    lam: float = hp(
+        1.0, "λ", "weight of the pull λ/2·‖v_k − θ‖² of a personal model to the global", low=0
+    )
 
 
 class Ditto(Algorithm):

@@ -16,7 +16,7 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.reduce import mean
 from fedshift.core.schema import ReplySchema, specs_of
@@ -30,25 +30,40 @@ HeadOutput = Literal["logits", "probabilities"]
 
 @dataclass(frozen=True)
 class FACTHparams(BaseHparams):
-    lr: float = 0.005  # η₀, initial learning rate (official Digit-Five / Office scripts)
-    lr_decay: float = 0.75  # exponent of η = η₀·(1 + 10·p)^(−0.75) (Ganin et al.'s schedule)
-    batch_size: int = 128  # B (official scripts)
-    finetune_epochs: int = 1  # epochs of head fine-tuning F_si on the aggregated G' (official 1)
-    evaluate_with: Evaluation = "ensemble"  # "ensemble": per sample the more confident of F1, F2
-    # (official evaluation); "average": the averaged head F used for the next round
-    adapt_target: bool = True  # False skips step (4), the target's IDD minimization: an
-    # ablation, FACT's source schedule without adaptation (the global G is then G')
-    head_output: HeadOutput = "logits"  # what CE and IDD are applied to: the heads' logits
-    # (the paper's losses), or "probabilities": the softmax outputs the official heads end in
-
-    def check(self) -> None:
-        check_ranges(self, non_negative=("lr_decay",))
-        if self.lr <= 0:
-            raise ConfigError(f"algo.lr must be > 0, got {self.lr}")
-        if self.batch_size < 2:
-            raise ConfigError(f"algo.batch_size must be >= 2, got {self.batch_size}")
-        if self.finetune_epochs < 1:
-            raise ConfigError(f"algo.finetune_epochs must be >= 1, got {self.finetune_epochs}")
+    lr: float = hp(
+        0.005,
+        "η₀",
+        "initial learning rate; replaces the run's lr (official Digit-Five / Office scripts)",
+        low=0,
+        low_open=True,
+    )
+    lr_decay: float = hp(
+        0.75, "β", "exponent of the schedule η = η₀·(1 + 10·p)^(−β) (Ganin et al.)", low=0
+    )
+    batch_size: int = hp(
+        128, "B", "batch size; replaces the run's batch_size (official scripts)", low=2
+    )
+    finetune_epochs: int = hp(
+        1, "", "epochs of head fine-tuning F_si on the aggregated G' (official 1)", low=1
+    )
+    evaluate_with: Evaluation = hp(
+        "ensemble",
+        "",
+        "how the global model classifies: ensemble = per sample the more confident of F1, F2 "
+        "(official evaluation); average = the averaged head F used for the next round",
+    )
+    adapt_target: bool = hp(
+        True,
+        "",
+        "run step (4), the target's IDD minimization; false is an ablation: FACT's source "
+        "schedule without adaptation (the global G is then G')",
+    )
+    head_output: HeadOutput = hp(
+        "logits",
+        "",
+        "what CE and IDD are applied to: the heads' logits (the paper's losses), or "
+        "probabilities: the softmax outputs the official heads end in",
+    )
 
 
 def inter_domain_distance(logits_1: torch.Tensor, logits_2: torch.Tensor) -> torch.Tensor:

@@ -20,9 +20,8 @@ from fedshift.algorithms._common import (
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
-from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema, echo, specs_of
 from fedshift.core.seeding import derive_seed
@@ -33,32 +32,30 @@ Tensors = dict[str, torch.Tensor]
 
 @dataclass(frozen=True)
 class FADAHparams(BaseHparams):
-    adv_weight: float = 1.0  # weight of L_adv (generators vs DI_k); the paper sums losses
-    entropy_weight: float = 1.0  # weight of L_ent (D_k makes CI_k(f_ds) uncertain)
-    mi_weight: float = 1.0  # weight of the MINE estimate of I(f_di; f_ds) minimized by D_k
-    feature_samples: int = 256  # target features G_t(x_t) sent to the sources per round
-    hidden: int = 256  # hidden width of DI_k and of the MINE statistics network T
-    attention_temperature: float = 1.0  # softmax temperature of the dynamic attention
-    gap_references: int = 5  # B, uniform reference sets of the gap statistic
-    gap_clusters: int = 0  # k of the gap statistic's k-means; 0: the number of classes
-    kmeans_iterations: int = 10  # Lloyd iterations of that k-means
-
-    def check(self) -> None:
-        check_ranges(
-            self,
-            non_negative=("adv_weight", "entropy_weight", "mi_weight", "gap_clusters"),
-            at_least_one=("kmeans_iterations",),
-        )
-        if self.feature_samples < 2:
-            raise ConfigError(f"algo.feature_samples must be >= 2, got {self.feature_samples}")
-        if self.hidden < 1:
-            raise ConfigError(f"algo.hidden must be >= 1, got {self.hidden}")
-        if self.gap_references < 1:
-            raise ConfigError(f"algo.gap_references must be >= 1, got {self.gap_references}")
-        if self.attention_temperature <= 0:
-            raise ConfigError(
-                f"algo.attention_temperature must be > 0, got {self.attention_temperature}"
-            )
+    adv_weight: float = hp(
+        1.0,
+        "",
+        "weight of L_adv (generators vs domain identifier DI_k); the paper sums losses",
+        low=0,
+    )
+    entropy_weight: float = hp(
+        1.0, "", "weight of L_ent (the disentangler makes CI_k(f_ds) uncertain)", low=0
+    )
+    mi_weight: float = hp(
+        1.0, "", "weight of the MINE estimate of I(f_di; f_ds) the disentangler minimizes", low=0
+    )
+    feature_samples: int = hp(
+        256, "", "target features G_t(x_t) sent to the sources per round", low=2
+    )
+    hidden: int = hp(256, "", "hidden width of DI_k and of the MINE statistics network T", low=1)
+    attention_temperature: float = hp(
+        1.0, "", "softmax temperature of the dynamic attention over sources", low=0, low_open=True
+    )
+    gap_references: int = hp(5, "B", "uniform reference sets of the gap statistic", low=1)
+    gap_clusters: int = hp(
+        0, "k", "clusters of the gap statistic's k-means; 0: the number of classes", low=0
+    )
+    kmeans_iterations: int = hp(10, "", "Lloyd iterations of the gap statistic's k-means", low=1)
 
 
 class FADANet(nn.Module):

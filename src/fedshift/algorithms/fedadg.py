@@ -21,9 +21,8 @@ from fedshift.algorithms._common import (
 )
 from fedshift.core.algorithm import Algorithm, RunInfo, client_task
 from fedshift.core.context import ClientContext
-from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.seeding import derive_seed, torch_generator
 from fedshift.core.state import ServerState
@@ -33,23 +32,41 @@ Variant = Literal["paper", "official"]
 
 @dataclass(frozen=True)
 class FedADGHparams(BaseHparams):
-    ce_weight: float = 0.85  # λ1 (official α = 0.85): weight of L_err; L_adv_f gets λ0 = 1 − λ1
-    noise_dim: int = 2048  # dimension of the generator's noise z ~ U(0, 1) (official 2048)
-    rp_dim: int = 1024  # random-projection size in front of the discriminator (official 1024)
-    generator_hidden: int = 4096  # G's hidden layer width (official 4096)
-    discriminator_hidden: int = 1024  # D's hidden layer width (official 1024)
-    label_value: float = 1.0  # true class's value in the condition y (official 0.7 PACS, 0.6 VLCS)
-    variant: Variant = "paper"  # adversarial losses: "paper" (seed's equations) or "official" code
-    share_discriminator: bool = True  # average D on the server (the method description);
-    # False keeps one D per client in its state, never sent (the official code)
-
-    def check(self) -> None:
-        check_ranges(self, positive=("label_value",))
-        if not 0.0 <= self.ce_weight <= 1.0:
-            raise ConfigError(f"algo.ce_weight must be in [0, 1], got {self.ce_weight}")
-        for key in ("noise_dim", "rp_dim", "generator_hidden", "discriminator_hidden"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"algo.{key} must be >= 1, got {getattr(self, key)}")
+    ce_weight: float = hp(
+        0.85,
+        "λ1",
+        "weight of L_err; L_adv_f gets λ0 = 1 − λ1 (official α = 0.85)",
+        low=0,
+        high=1,
+    )
+    noise_dim: int = hp(
+        2048, "", "dimension of the generator's noise z ~ U(0, 1) (official 2048)", low=1
+    )
+    rp_dim: int = hp(
+        1024, "", "random-projection size in front of the discriminator (official 1024)", low=1
+    )
+    generator_hidden: int = hp(
+        4096, "", "hidden layer width of the generator G (official 4096)", low=1
+    )
+    discriminator_hidden: int = hp(
+        1024, "", "hidden layer width of the discriminator D (official 1024)", low=1
+    )
+    label_value: float = hp(
+        1.0,
+        "",
+        "the true class's value in the condition y (official 0.7 on PACS, 0.6 on VLCS)",
+        low=0,
+        low_open=True,
+    )
+    variant: Variant = hp(
+        "paper", "", "adversarial losses: paper (the seed's equations) or official (the code's)"
+    )
+    share_discriminator: bool = hp(
+        True,
+        "",
+        "average D on the server (the method description); false keeps one D per client in "
+        "its state, never sent (the official code)",
+    )
 
 
 def discriminator_loss(

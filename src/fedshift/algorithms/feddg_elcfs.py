@@ -20,7 +20,7 @@ from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.split import dense
@@ -35,26 +35,37 @@ from fedshift.eval.segmentation import (
 
 @dataclass(frozen=True)
 class FedDGELCFSHparams(BaseHparams):
-    # b, half width of the low-frequency window in frequency bins (window (2b+1)^2). The
-    # official code sets it as ⌊L·min(H, W)⌋: its demo uses L = 0.003 on 384 px (b = 1),
+    # The official code sets b as ⌊L·min(H, W)⌋: its demo uses L = 0.003 on 384 px (b = 1),
     # its training script L = 0 (b = 0, only the DC term: the "zero-width window" quirk)
-    window_half_width: int = 1
-    meta_step: float = 1e-3  # β, inner (meta-train) step size; official meta_step_size
-    inner_grad_clip: float = 100.0  # official clip_value on the inner gradient
-    boundary_weight: float = 0.1  # γ, weight of the (boundary) contrastive term
-    temperature: float = 0.05  # τ of the NT-Xent contrastive loss (official)
-    # meta-test partners per image: 0 = every other client (paper: K−1 transformed
-    # copies); n > 0 = n random other clients per image (official code: 1)
-    partners: int = 0
-    second_order: bool = True  # differentiate through θ' (paper); False: official first-order
-    background_ring: int = 5  # dilation steps of the background ring around a mask (official)
-
-    def check(self) -> None:
-        check_ranges(
-            self,
-            positive=("meta_step", "inner_grad_clip", "temperature"),
-            non_negative=("window_half_width", "boundary_weight", "partners", "background_ring"),
-        )
+    window_half_width: int = hp(
+        1,
+        "b",
+        "half width of the shared low-frequency amplitude window in frequency bins: (2b+1)²",
+        low=0,
+    )
+    meta_step: float = hp(
+        1e-3, "β", "inner (meta-train) step size (official meta_step_size)", low=0, low_open=True
+    )
+    inner_grad_clip: float = hp(
+        100.0, "", "clip value of the inner gradient (official clip_value)", low=0, low_open=True
+    )
+    boundary_weight: float = hp(0.1, "γ", "weight of the boundary-oriented contrastive term", low=0)
+    temperature: float = hp(
+        0.05, "τ", "temperature of the NT-Xent contrastive loss (official)", low=0, low_open=True
+    )
+    partners: int = hp(
+        0,
+        "",
+        "meta-test partners per image: 0 = every other client (paper: K−1 transformed "
+        "copies); n > 0 = n random other clients (official code: 1)",
+        low=0,
+    )
+    second_order: bool = hp(
+        True, "", "differentiate through θ' (paper); false: the official first-order update"
+    )
+    background_ring: int = hp(
+        5, "", "dilation steps of the background ring around a mask (official)", low=0
+    )
 
 
 def amplitude_window(images: torch.Tensor, half_width: int) -> torch.Tensor:

@@ -18,9 +18,8 @@ from fedshift.algorithms._common import (
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.core.algorithm import client_task
 from fedshift.core.context import ClientContext, SplitView
-from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.state import ServerState
@@ -32,17 +31,26 @@ GapMetric = Literal["loss", "accuracy"]
 
 @dataclass(frozen=True)
 class FedGAHparams(BaseHparams):
-    step: float = 0.2  # d, the initial step of the weight update, d_t = (1 - t/T)·d
-    variant: Variant = "paper"  # "paper": centred gaps, step d_t; "official": uncentred, d_t/3
-    base: Base = "fedavg"  # local training of the wrapped method: fedavg or fedprox
-    mu: float = 0.01  # μ, FedProx proximal weight (only with base=fedprox)
-    gap_metric: GapMetric = "loss"  # "loss": G_k = L(θ) − L(θ_k) (paper); "accuracy":
-    # G_k = acc(θ_k) − acc(θ) on the validation split (the official scripts' default)
-
-    def check(self) -> None:
-        check_ranges(self, non_negative=("mu",))
-        if not 0.0 < self.step < 1.0:
-            raise ConfigError(f"algo.step (d) must be in (0, 1), got {self.step}")
+    step: float = hp(
+        0.2,
+        "d",
+        "initial step of the aggregation-weight update, d_t = (1 − t/T)·d",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    )
+    variant: Variant = hp(
+        "paper", "", "weight update: paper = centred gaps, step d_t; official = uncentred, d_t/3"
+    )
+    base: Base = hp("fedavg", "", "local training of the wrapped method: fedavg or fedprox")
+    mu: float = hp(0.01, "μ", "FedProx proximal weight (only with base=fedprox)", low=0)
+    gap_metric: GapMetric = hp(
+        "loss",
+        "",
+        "generalization gap G_k: loss = L(θ) − L(θ_k) (paper); accuracy = acc(θ_k) − acc(θ) "
+        "on the validation split (the official scripts' default)",
+    )
 
 
 def ga_update(

@@ -29,7 +29,7 @@ from fedshift.algorithms._prototypes import (
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.privacy import private_prototype_mean, withhold_and_clip_prototypes
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ReplySchema, class_names, family
@@ -42,14 +42,19 @@ Inference = Literal["own-prototypes", "all-prototypes", "head"]
 
 @dataclass(frozen=True)
 class FedProtoHparams(BaseHparams):
-    proto_weight: float = 1.0  # λ, weight of the prototype distance (ld; 0.1 on CIFAR-10)
-    weighted: bool = True  # eq. 1 weights C_k(c) by |D_{k,c}|; False: official plain mean
-    # "own-prototypes": nearest C̄(c) among the client's own classes (official code);
-    # "all-prototypes": among every global prototype (eq. 5); "head": the classifier
-    inference: Inference = "own-prototypes"
-
-    def check(self) -> None:
-        check_ranges(self, non_negative=("proto_weight",))
+    proto_weight: float = hp(
+        1.0, "λ", "weight of the distance to the global prototypes (ld; 0.1 on CIFAR-10)", low=0
+    )
+    weighted: bool = hp(
+        True, "", "weight C_k(c) by the class count |D_{k,c}| (eq. 1); false: official plain mean"
+    )
+    inference: Inference = hp(
+        "own-prototypes",
+        "",
+        "how a client classifies: own-prototypes = nearest global prototype among its own "
+        "classes (official code); all-prototypes = among every global prototype (eq. 5); "
+        "head = the classifier",
+    )
 
 
 class FedProto(Algorithm):

@@ -7,17 +7,19 @@ from dataclasses import dataclass
 from fedshift.algorithms._common import SupervisedPlan, proximal_penalty, reply_with_model
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.core.context import ClientContext
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Record
 
 
 @dataclass(frozen=True)
 class FedProxHparams(BaseHparams):
-    # μ, proximal weight; the paper tunes it in {0.001, 0.01, 0.1, 0.5, 1}; FPL/CCST use 0.01
-    mu: float = 0.01
-
-    def check(self) -> None:
-        check_ranges(self, non_negative=("mu",))
+    mu: float = hp(
+        0.01,
+        "μ",
+        "weight of the proximal term μ/2·‖w − θ‖²; the paper tunes it in {0.001, 0.01, 0.1, 0.5, "
+        "1}, FPL and CCST use 0.01",
+        low=0,
+    )
 
 
 class FedProx(FedAvg):

@@ -20,9 +20,8 @@ from fedshift.algorithms._common import (
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
-from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema, echo
 from fedshift.core.seeding import derive_seed, torch_generator
@@ -35,23 +34,31 @@ L2R_FORMS = get_args(L2RForm)
 
 @dataclass(frozen=True)
 class FedSRHparams(BaseHparams):
-    alpha_l2r: float = 0.01  # α^{L2R}
-    alpha_cmi: float = 5e-4  # α^{CMI} (official README: 1e-3 on PACS)
-    z_dim: int = 0  # size of z; 0: the backbone's embed_dim (official: 512 with ResNet-18)
-    l2r: L2RForm = "squared"  # "squared": E‖z‖² (paper); "norm": E‖z‖ (official code)
-    cmi_scale: bool = False  # learnable scale C on (μ, σ) inside the CMI term (official code)
-    predict_samples: int = 20  # S, z samples averaged at test time (official num_samples)
-    predict_with_mean: bool = False  # classify μ instead of averaging S sampled predictions
-    share_reference: bool = False  # also average r_μ, r_σ on the server (sent as prototypes)
-
-    def check(self) -> None:
-        check_ranges(self, non_negative=("alpha_l2r", "alpha_cmi"))
-        if self.z_dim < 0:
-            raise ConfigError(
-                f"algo.z_dim must be >= 0 (0: the backbone's embed_dim); got {self.z_dim}"
-            )
-        if self.predict_samples < 1:
-            raise ConfigError(f"algo.predict_samples must be >= 1; got {self.predict_samples}")
+    alpha_l2r: float = hp(
+        0.01, "α^{L2R}", "weight of the L2 regularizer of the representation z", low=0
+    )
+    alpha_cmi: float = hp(
+        5e-4,
+        "α^{CMI}",
+        "weight of the conditional mutual information term (official README: 1e-3 on PACS)",
+        low=0,
+    )
+    z_dim: int = hp(
+        0, "", "size of z; 0: the backbone's embed_dim (official: 512 with ResNet-18)", low=0
+    )
+    l2r: L2RForm = hp(
+        "squared", "", "L2R form: squared = E‖z‖² (paper); norm = E‖z‖ (official code)"
+    )
+    cmi_scale: bool = hp(
+        False, "", "learnable scale C on (μ, σ) inside the CMI term (official code)"
+    )
+    predict_samples: int = hp(
+        20, "S", "z samples averaged at test time (official num_samples)", low=1
+    )
+    predict_with_mean: bool = hp(False, "", "classify μ instead of averaging S sampled predictions")
+    share_reference: bool = hp(
+        False, "", "also average the reference distribution r_μ, r_σ on the server (as prototypes)"
+    )
 
 
 class FedSRNet(FedModel):

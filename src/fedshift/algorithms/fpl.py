@@ -30,9 +30,8 @@ from fedshift.algorithms._prototypes import (
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
-from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ReplySchema, class_names, family
 from fedshift.core.state import ServerState
@@ -40,16 +39,25 @@ from fedshift.core.state import ServerState
 
 @dataclass(frozen=True)
 class FPLHparams(BaseHparams):
-    temperature: float = 0.02  # τ of the CPCL cosine similarities (paper; official infoNCET)
-    # "mean": MSELoss (official code); "sum": ‖z − U^c‖² (paper)
-    upcr_reduction: Literal["sum", "mean"] = "mean"
-    finch_level: int = -1  # FINCH partition kept: -1 the coarsest (official code), 0 the finest
-    # p_k^c from the last local epoch's f(x) (official), or "eval"
-    prototype_pass: Literal["train", "eval"] = "train"
-
-    def check(self) -> None:
-        if self.temperature <= 0:
-            raise ConfigError(f"algo.temperature must be > 0; got {self.temperature}")
+    temperature: float = hp(
+        0.02,
+        "τ",
+        "temperature of the CPCL cosine similarities (paper; official infoNCET)",
+        low=0,
+        low_open=True,
+    )
+    upcr_reduction: Literal["sum", "mean"] = hp(
+        "mean", "", "UPCR distance: mean = MSELoss (official code); sum = ‖z − U^c‖² (paper)"
+    )
+    finch_level: int = hp(
+        -1, "", "FINCH partition kept: -1 the coarsest (official code), 0 the finest"
+    )
+    prototype_pass: Literal["train", "eval"] = hp(
+        "train",
+        "",
+        "where local prototypes p_k^c come from: train = the last local epoch's f(x) "
+        "(official), eval = a separate pass in eval mode",
+    )
 
 
 def finch_labels(points: np.ndarray, level: int = -1) -> np.ndarray:

@@ -18,9 +18,8 @@ from fedshift.algorithms._common import (
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext
-from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.seeding import derive_seed
 from fedshift.core.state import ServerState
@@ -29,18 +28,16 @@ from fedshift.models.base import FedModel
 
 @dataclass(frozen=True)
 class MoonHparams(BaseHparams):
-    mu: float = 1.0  # μ, weight of ℓ_con (paper: 1; 5 on CIFAR-10)
-    temperature: float = 0.5  # τ of the cosine similarities
-    proj_dim: int = 256  # output size of the projection head h (official out_dim)
-    classify_projection: bool = True  # output layer on h(f(x)) as in paper and code; False: on f(x)
-
-    def check(self) -> None:
-        if self.mu < 0:
-            raise ConfigError(f"algo.mu must be >= 0; got {self.mu}")
-        if self.temperature <= 0:
-            raise ConfigError(f"algo.temperature must be > 0; got {self.temperature}")
-        if self.proj_dim < 1:
-            raise ConfigError(f"algo.proj_dim must be >= 1; got {self.proj_dim}")
+    mu: float = hp(
+        1.0, "μ", "weight of the model-contrastive loss ℓ_con (paper: 1; 5 on CIFAR-10)", low=0
+    )
+    temperature: float = hp(
+        0.5, "τ", "temperature of the cosine similarities in ℓ_con", low=0, low_open=True
+    )
+    proj_dim: int = hp(256, "", "output size of the projection head h (official out_dim)", low=1)
+    classify_projection: bool = hp(
+        True, "", "output layer on h(f(x)) as in paper and code; false: on f(x)"
+    )
 
 
 class MoonNet(FedModel):

@@ -20,7 +20,7 @@ from fedshift.core.algorithm import Algorithm, RunInfo, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.seeding import derive_seed, torch_generator
@@ -40,26 +40,51 @@ KDSelection = Literal["client-val", "last"]
 
 @dataclass(frozen=True)
 class PerAdaHparams(BaseHparams):
-    backbone: str = ""  # u: local pretrained weights file (required; see `fedshift pretrain`)
-    lam: float = 1.0  # λ of λ/2·‖v_k − w‖²; official 1.0 (CIFAR-10), 0.1 (OfficeHome)
-    temperature: float = 1.0  # τ of the distillation KL (official kd_KL_temperature)
-    distill: bool = True  # server KD on auxiliary data (PerAda); False: plain averaging
-    kd_lr: float = 1e-3  # η_g·β, server Adam step (official CIFAR-10; OfficeHome 1e-4)
-    kd_steps: int = 500  # server KD batches per round (official CIFAR-10; OfficeHome 100)
-    kd_batch_size: int = 2048  # auxiliary samples per KD batch (official CIFAR-10)
-    kd_rounds: int = 30  # KD only in rounds 1..kd_rounds (official kd_max_round)
-    kd_selection: KDSelection = "client-val"  # which KD step to keep: "client-val" or "last"
-    kd_eval_every: int = 50  # KD steps between candidates scored by the clients (official 1)
-
-    def check(self) -> None:
-        check_ranges(
-            self,
-            positive=("temperature", "kd_lr"),
-            non_negative=("lam", "kd_rounds"),
-            at_least_one=("kd_steps", "kd_batch_size"),
-        )
-        if self.kd_eval_every < 1:
-            raise ConfigError(f"algo.kd_eval_every must be at least 1; got {self.kd_eval_every}")
+    backbone: str = hp(
+        "", "u", "local pretrained backbone weights file (required; see `fedshift pretrain`)"
+    )
+    lam: float = hp(
+        1.0,
+        "λ",
+        "weight of λ/2·‖v_k − w‖² pulling a client's personalized adapter v_k to the global "
+        "adapter w; official 1.0 (CIFAR-10), 0.1 (OfficeHome)",
+        low=0,
+    )
+    temperature: float = hp(
+        1.0,
+        "τ",
+        "temperature of the distillation KL (official kd_KL_temperature)",
+        low=0,
+        low_open=True,
+    )
+    distill: bool = hp(
+        True, "", "server knowledge distillation on auxiliary data (PerAda); false: plain averaging"
+    )
+    kd_lr: float = hp(
+        1e-3,
+        "η_g·β",
+        "server Adam step of the distillation (official CIFAR-10; OfficeHome 1e-4)",
+        low=0,
+        low_open=True,
+    )
+    kd_steps: int = hp(
+        500, "", "server distillation batches per round (official CIFAR-10; OfficeHome 100)", low=1
+    )
+    kd_batch_size: int = hp(
+        2048, "", "auxiliary samples per distillation batch (official CIFAR-10)", low=1
+    )
+    kd_rounds: int = hp(
+        30, "", "distill only in rounds 1..kd_rounds (official kd_max_round)", low=0
+    )
+    kd_selection: KDSelection = hp(
+        "client-val",
+        "",
+        "which distillation step to keep: client-val = the candidate the clients score best "
+        "on validation, last = the last step",
+    )
+    kd_eval_every: int = hp(
+        50, "", "distillation steps between candidates scored by the clients (official 1)", low=1
+    )
 
 
 def select_candidate(correct: torch.Tensor, counts: torch.Tensor) -> int:

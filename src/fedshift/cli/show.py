@@ -1,39 +1,16 @@
 """``fedshift show ALGO``: an algorithm's paper, what it shares, its protocols and its
-hyperparameters with their meaning."""
+hyperparameters with their paper symbol, meaning and range (read from each field's ``hp()``
+declaration by :func:`fedshift.core.hparams.describe_hparams`)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import inspect
-import re
 
 from fedshift.cli.errors import Command
 from fedshift.cli.tables import print_table
 from fedshift.core.runconfig import PROTOCOLS, RunConfig
-
-
-def hparam_docs(hparams: type) -> dict[str, str]:
-    """Each hyperparameter's help: its field metadata (``symbol``, ``help``), else the
-    comment lines just above the field in the source (where the paper's symbol is given)."""
-    try:
-        lines = inspect.getsource(hparams).splitlines()
-    except (OSError, TypeError):
-        lines = []
-    docs = {}
-    for item in dataclasses.fields(hparams):
-        meta = " ".join(str(item.metadata[k]) for k in ("symbol", "help") if k in item.metadata)
-        if not meta:
-            at = next(
-                (i for i, line in enumerate(lines) if re.match(rf"\s+{item.name}\s*:", line)), None
-            )
-            comments: list[str] = []
-            while at is not None and at > 0 and lines[at - 1].strip().startswith("#"):
-                at -= 1
-                comments.insert(0, lines[at].strip().lstrip("#").strip())
-            meta = " ".join(comments)
-        docs[item.name] = meta
-    return docs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fedshift.algorithms import get_algorithm, origin_of
-    from fedshift.core.hparams import hparam_types
+    from fedshift.core.hparams import describe_hparams
 
     cls = get_algorithm(args.algorithm)
     doc = inspect.getdoc(cls) or ""
@@ -56,19 +33,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"protocols:  {', '.join(cls.protocols or PROTOCOLS)}")
     print(f"problems:   {', '.join(cls.supported_problems())}")
     print(f"model:      {cls.default_model or RunConfig().model} (default)")
-    fields = dataclasses.fields(cls.Hparams)
-    if not fields:
+    infos = describe_hparams(cls.Hparams)
+    if not infos:
         print("hyperparameters: none")
         return 0
     print("hyperparameters (--set algo.NAME=VALUE):")
-    types_ = hparam_types(cls.Hparams)
-    docs = hparam_docs(cls.Hparams)
     rows = [("name", "type", "default", "meaning")]
-    for item in fields:
-        kind = types_[item.name]
-        kind_text = getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
-        default = item.default if item.default is not dataclasses.MISSING else "(required)"
-        rows.append((f"algo.{item.name}", kind_text, repr(default), docs[item.name]))
+    for info in infos:
+        default = "(required)" if info.default is dataclasses.MISSING else repr(info.default)
+        rows.append((f"algo.{info.name}", info.type_text, default, info.summary()))
     print_table(rows, indent="  ")
     return 0
 

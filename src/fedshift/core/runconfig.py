@@ -18,19 +18,36 @@ from typing import Any, Literal
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.robust import check_aggregator_values
 
+# Each closed choice set of a run key is declared once, as a Literal alias typing its
+# RunConfig field; the tuple beside it (typing.get_args) is what messages and owners use.
+
 #: learning problems: what a model predicts (``RunConfig.problem``)
 Problem = Literal["classification", "segmentation"]
 PROBLEMS: tuple[str, ...] = typing.get_args(Problem)
-PARTITIONS = ("iid", "dirichlet", "nway-kshot", "heterogeneity")
+#: how a domain's data is split among its clients (:mod:`fedshift.data.partition`)
+Partition = Literal["iid", "dirichlet", "nway-kshot", "heterogeneity"]
+PARTITIONS: tuple[str, ...] = typing.get_args(Partition)
+#: devices besides ``cuda:N`` (one GPU of several)
 DEVICES = ("auto", "cpu", "cuda")
-OPTIMIZERS = ("sgd", "adam")
-FAILURE_POLICIES = ("strict", "dynamic", "resilient")
-VECTORIZE = ("auto", "off", "on")
-AUGMENTS = ("auto", "none", "domainbed", "cifar")
+Optimizer = Literal["sgd", "adam"]
+OPTIMIZERS: tuple[str, ...] = typing.get_args(Optimizer)
+FailurePolicy = Literal["strict", "dynamic", "resilient"]
+FAILURE_POLICIES: tuple[str, ...] = typing.get_args(FailurePolicy)
+#: clients of a call run together (:mod:`fedshift.engine.vectorized`): auto is on with CUDA
+Vectorize = Literal["auto", "off", "on"]
+VECTORIZE: tuple[str, ...] = typing.get_args(Vectorize)
+Augment = Literal["auto", "none", "domainbed", "cifar"]
+AUGMENTS: tuple[str, ...] = typing.get_args(Augment)
 #: where ``augment=domainbed`` runs (``RunConfig.augment_backend``, :mod:`fedshift.data.augment`)
 AugmentBackend = Literal["auto", "batched", "pil"]
 AUGMENT_BACKENDS: tuple[str, ...] = typing.get_args(AugmentBackend)
-NORMALIZE = ("auto", "symmetric", "imagenet")
+#: input normalizations a backbone can expect (:mod:`fedshift.models.base`): ``symmetric`` is
+#: fedshift's [-1, 1] input as is; ``imagenet`` re-normalizes it with ImageNet's mean and std
+Normalization = Literal["symmetric", "imagenet"]
+NORMALIZATIONS: tuple[str, ...] = typing.get_args(Normalization)
+#: the run key ``normalize``: a normalization, or auto (imagenet for torchvision weights)
+Normalize = Literal["auto", Normalization]
+NORMALIZE: tuple[str, ...] = typing.get_args(Normalize)
 #: experiment loggers (run key ``tracking``, a comma list) -> the module each one needs; the
 #: pip extra that installs it has the logger's name (``pip install 'fedshift[wandb]'``)
 TRACKERS: dict[str, str] = {
@@ -40,7 +57,8 @@ TRACKERS: dict[str, str] = {
     "mlflow": "mlflow",
 }
 #: simulated attacks (``RunConfig.attack``), implemented in :mod:`fedshift.engine.attacks`
-ATTACKS = ("sign-flip", "alie", "ipm", "label-flip", "proto-poison")
+Attack = Literal["sign-flip", "alie", "ipm", "label-flip", "proto-poison"]
+ATTACKS: tuple[str, ...] = typing.get_args(Attack)
 #: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
 PROTOCOLS: dict[str, str] = {
     "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
@@ -66,21 +84,21 @@ class RunConfig:
     target: str = "mnistm"  # held-out domain (leave-one-domain-out)
     sources: str = ""  # comma-separated source domains; empty: every domain but the target
     protocol: str = "lodo"
-    problem: str = "classification"  # or "segmentation": per-pixel masks, Dice (model unet)
+    problem: Problem = "classification"  # or "segmentation": per-pixel masks, Dice (model unet)
     rounds: int = 30
     local_epochs: int = 1
     batch_size: int = 64
     lr: float = 0.01
     momentum: float = 0.9
     weight_decay: float = 5e-4
-    optimizer: str = "sgd"
+    optimizer: Optimizer = "sgd"
     model: str = "cnn"
     # the backbone's starting weights: a local state-dict file, or "imagenet" (torchvision's
     # file from torch's cache, hash-checked; never downloaded)
     model_weights: str = ""
     # input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std), auto: imagenet
     # when model_weights is a torchvision (ImageNet-pretrained) state_dict
-    normalize: str = "auto"
+    normalize: Normalize = "auto"
     server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
     image_size: int = 0  # 0: the dataset's default (digits-dg 32, pacs 224, a folder 64)
     data_root: str = ""  # where a catalog dataset lies: `fedshift datasets list`
@@ -90,12 +108,12 @@ class RunConfig:
     # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale),
     # cifar (4-px reflect pad, random crop back, horizontal flip: MOON's CIFAR transform);
     # auto: domainbed for the catalog photo datasets, none otherwise (CIFAR, digits-dg, folders)
-    augment: str = "auto"
+    augment: Augment = "auto"
     # where augment=domainbed runs: batched (kornia, whole batches on the run's device), pil
     # (image by image on PIL, as DomainBed); auto: batched on CUDA, pil on the CPU (faster there)
     augment_backend: AugmentBackend = "auto"
     clients_per_domain: int = 1
-    partition: str = "iid"  # how a domain is split among its clients
+    partition: Partition = "iid"  # how a domain is split among its clients
     dirichlet_alpha: float = 0.5
     ways: int = 3  # partition=nway-kshot: mean classes per client (FedProto's N)
     shots: int = 100  # partition=nway-kshot: train samples per class (FedProto's K)
@@ -111,7 +129,7 @@ class RunConfig:
     seed: int = 0
     device: str = "auto"
     threads: int = 0  # CPU threads for torch; 0 keeps torch's default
-    failure_policy: str = "dynamic"
+    failure_policy: FailurePolicy = "dynamic"
     min_clients: int = 1
     eval_every: int = 1
     eval_batch_size: int = 0  # samples per forward pass when scoring; 0: 1000 (Dice: 500)
@@ -120,7 +138,7 @@ class RunConfig:
     personal_eval_every: int = 0
     checkpoint_every: int = 1  # save a checkpoint every N rounds and after the last
     # run a call's clients together (vmap) where a task allows: on, off, auto (on with CUDA)
-    vectorize: str = "auto"
+    vectorize: Vectorize = "auto"
     # a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off
     max_reply_value: float = 1e6
     # inject client faults in the simulation engine, e.g. "raise@2:1,nan@3:*" (see
@@ -173,13 +191,11 @@ def coerce(value: Any, kind: Any, key: str) -> Any:
     """Convert a TOML or command-line value to the field's type, or raise ConfigError.
 
     ``kind`` is ``bool``, ``int``, ``float``, ``str`` or a ``Literal[...]`` of strings
-    (a choice: any other value is an error naming the choices).
+    (a choice: any other value is an error naming the choices, as :func:`check_choice`).
     """
     if typing.get_origin(kind) is Literal:
-        choices = typing.get_args(kind)
         text = str(value)
-        if text not in choices:
-            raise ConfigError(f"{key} must be one of: {', '.join(choices)}; got {value!r}")
+        check_choice(key, text, typing.get_args(kind))
         return text
     try:
         if kind is bool:

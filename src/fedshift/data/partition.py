@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedshift.core.runconfig import PARTITIONS as SCHEMES
 from fedshift.data.domains import DatasetError, DomainDataset
 
-SCHEMES = ("iid", "dirichlet", "nway-kshot", "heterogeneity")
 ROLES = ("source", "target")
 _MAX_DIRICHLET_ATTEMPTS = 200
 

@@ -27,11 +27,11 @@ from fedshift.algorithms._common import SupervisedPlan, local_metrics
 from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
 from fedshift.core.record import Record
+from fedshift.core.runconfig import VECTORIZE as MODES
 from fedshift.core.seeding import derive_seed
 
 #: modules that draw random numbers in training: their streams are not per client under vmap
 RANDOM_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d)
-MODES = ("auto", "off", "on")
 
 
 def vectorize_enabled(mode: str, device: torch.device) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from fedshift.core.runconfig import NORMALIZATIONS
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -18,9 +20,6 @@ __all__ = [
 #: ImageNet channel statistics (RGB, images in [0, 1]) of torchvision's pretrained weights
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-#: input normalizations a backbone can expect: ``symmetric`` is fedshift's [-1, 1] input as
-#: is; ``imagenet`` re-normalizes it with :data:`IMAGENET_MEAN` / :data:`IMAGENET_STD`
-NORMALIZATIONS = ("symmetric", "imagenet")
 
 
 class ImageNetInput:

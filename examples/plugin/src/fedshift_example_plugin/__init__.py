@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from fedshift.algorithms.fedavg import FedAvg
-from fedshift.core.hparams import BaseHparams, check_ranges
+from fedshift.core.hparams import BaseHparams, hp
 from fedshift.models import FedModel
 
 __all__ = ["FedProxL1", "build_tiny_mlp", "stripes"]
@@ -20,11 +20,7 @@ __all__ = ["FedProxL1", "build_tiny_mlp", "stripes"]
 
 @dataclass(frozen=True)
 class FedProxL1Hparams(BaseHparams):
-    # λ, weight of the L1 pull towards the global model
-    lam: float = 1e-4
-
-    def check(self) -> None:
-        check_ranges(self, non_negative=("lam",))
+    lam: float = hp(1e-4, "λ", "weight of the L1 pull towards the global model", low=0)
 
 
 class FedProxL1(FedAvg):
