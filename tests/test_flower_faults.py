@@ -22,7 +22,7 @@ from helpers import read_history
 
 pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flower]'")
 
-from flwr.app import Array, ConfigRecord, RecordDict  # noqa: E402
+from flwr.app import Array, ConfigRecord, Context, RecordDict  # noqa: E402
 from test_flower import (  # noqa: E402
     Cluster,
     LocalGrid,
@@ -35,7 +35,7 @@ from test_flower import (  # noqa: E402
 from fedshift.core.errors import ConfigError, RoundFailed  # noqa: E402
 from fedshift.core.record import Record  # noqa: E402
 from fedshift.core.state import load_checkpoint  # noqa: E402
-from fedshift.engine.flower import clientapp, faults  # noqa: E402
+from fedshift.engine.flower import clientapp, faults, serverapp  # noqa: E402
 from fedshift.engine.flower.convert import (  # noqa: E402
     ConversionError,
     from_recorddict,
@@ -334,12 +334,20 @@ def test_huge_npy_header_is_a_failed_client_and_the_run_goes_on(
     assert all(math.isfinite(h["train_loss"]) for h in read_history(out))
 
 
-def test_huge_npy_header_under_the_strict_policy_fails_the_run_cleanly(
-    tmp_path, digits_cache, task_identity
+def test_huge_npy_header_under_the_strict_policy_fails_the_serverapp_cleanly(
+    tmp_path, digits_cache, task_identity, caplog
 ):
+    """Under ``strict`` the run stops with RoundFailed (no MemoryError); the ServerApp
+    says so in one line naming the run directory and raises it, so Flower marks the run
+    failed; the run directory holds no summary.json."""
     rc = run_config(tmp_path, "huge-strict", digits_cache, rounds=1, failure_policy="strict")
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc)
     with pytest.raises(RoundFailed, match="failure_policy=strict"):
-        run_on_grid(LocalGrid(rc, app=huge_header_app), rc)
+        serverapp.main(LocalGrid(rc, app=huge_header_app), context)
+    failed = [r.getMessage() for r in caplog.records if "fedshift run FAILED" in r.getMessage()]
+    assert len(failed) == 1 and "RoundFailed: round 1" in failed[0], failed
+    assert rc["out-dir"] in failed[0] and "\n" not in failed[0]
+    assert not (Path(rc["out-dir"]) / "summary.json").exists()
 
 
 def test_announced_arrays_are_checked_against_the_schema_before_loading(monkeypatch):

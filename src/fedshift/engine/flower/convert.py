@@ -70,7 +70,10 @@ def array_to_tensor(array: Array) -> torch.Tensor:
     """A writable tensor owning a copy of the array's data; the header is checked first
     (:func:`announced_layout`), so no more than the bytes at hand is ever allocated."""
     announced_layout(array)
-    return torch.from_numpy(np.array(array.numpy(), copy=True))
+    try:
+        return torch.from_numpy(np.array(array.numpy(), copy=True))
+    except (TypeError, ValueError) as exc:  # a dtype torch cannot hold
+        raise ConversionError(str(exc)) from None
 
 
 def _meta_tensor(dtype: np.dtype, shape: tuple[int, ...]) -> torch.Tensor:

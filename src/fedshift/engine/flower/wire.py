@@ -150,27 +150,31 @@ def load_json(payload: bytes) -> Any:
         raise ProtocolError(f"not JSON ({exc.__class__.__name__})") from None
 
 
+#: the .npy format versions read (3.0 only adds UTF-8 field names, which no array here has)
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
 def npy_layout(blob: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
     """The dtype, shape and header length a ``.npy`` blob announces, read from its header
-    alone and checked before anything is allocated: a dtype of :data:`DTYPES` (the byte
-    order may differ), at most :data:`MAX_ARRAY` data bytes, and exactly as many data
-    bytes after the header as dtype and shape need. So a 130-byte header announcing a
+    alone and checked before anything is allocated: a dtype of :data:`DTYPES` in native
+    byte order, at most :data:`MAX_ARRAY` data bytes, and exactly as many data
+    bytes after the header as dtype and shape need. So a 128-byte header announcing a
     373 GiB array is refused, as is any object, string or structured array."""
     stream = io.BytesIO(blob)
     try:
         version = np.lib.format.read_magic(stream)
-        if version == (1, 0):
-            shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
-        elif version == (2, 0):
-            shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
-        else:
-            raise ProtocolError(f".npy format version {version} is not read")
+        read_header = _HEADER_READERS.get(version)
+        if read_header is not None:
+            shape, _, dtype = read_header(stream)
     except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, EOFError) as exc:
-        if isinstance(exc, ProtocolError):
-            raise
         text = " ".join(str(exc).split())[:200]
         raise ProtocolError(f"unreadable .npy header ({exc.__class__.__name__}: {text})") from None
-    if dtype.hasobject or dtype.newbyteorder("=").name not in DTYPES:
+    if read_header is None:
+        raise ProtocolError(f".npy format version {version} is not read")
+    if dtype.hasobject or dtype.name not in DTYPES or not dtype.isnative:
         raise ProtocolError(f".npy dtype {dtype} is not a plain number or bool dtype")
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > MAX_ARRAY:
