@@ -197,7 +197,7 @@ class Worker:
         try:
             opening = recv_exact(conn, PROLOGUE.size, deadline)
         except (ProtocolError, OSError) as exc:
-            self._refuse(conn, f"no prologue: {exc or exc.__class__.__name__}")
+            self._refuse(conn, f"no prologue: {str(exc) or exc.__class__.__name__}")
             return
         if not hmac.compare_digest(opening, self.prologue):
             self._refuse(conn, "wrong secret")
