@@ -9,18 +9,20 @@ marker), real SuperNodes send tampered replies and false identities over the wir
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import read_history
 
 pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flower]'")
 
-from flwr.app import ConfigRecord, RecordDict  # noqa: E402
+from flwr.app import Array, ConfigRecord, Context, RecordDict  # noqa: E402
 from test_flower import (  # noqa: E402
     Cluster,
     LocalGrid,
@@ -30,10 +32,10 @@ from test_flower import (  # noqa: E402
     wait_run,
 )
 
-from fedshift.core.errors import ConfigError  # noqa: E402
+from fedshift.core.errors import ConfigError, RoundFailed  # noqa: E402
 from fedshift.core.record import Record  # noqa: E402
 from fedshift.core.state import load_checkpoint  # noqa: E402
-from fedshift.engine.flower import faults  # noqa: E402
+from fedshift.engine.flower import clientapp, faults, serverapp  # noqa: E402
 from fedshift.engine.flower.convert import (  # noqa: E402
     ConversionError,
     from_recorddict,
@@ -290,3 +292,86 @@ def test_evaluate_replies_are_checked():
         assert problem in score_problem(Record(metrics=metrics), needed, False), metrics
     assert "per-domain" in score_problem(Record(metrics={"val": 0.1, "test": 0.2}), needed, True)
     assert "arrays" in score_problem(Record(arrays={"w": torch.zeros(1)}), needed, False)
+
+
+# -- a reply whose .npy header announces a huge array (issue 23, item 2) ----------------------
+
+#: float32 of this shape: 373 GiB announced by a header of about 128 bytes
+HUGE_SHAPE = (100_000, 1_000_000)
+
+
+def huge_array() -> Array:
+    """A Flower ``Array`` that is only a ``.npy`` header announcing :data:`HUGE_SHAPE`."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": HUGE_SHAPE}
+    )
+    return Array(dtype="float32", shape=HUGE_SHAPE, stype="numpy.ndarray", data=header.getvalue())
+
+
+def huge_header_app(message, context):
+    """The real ClientApp; node ``FAULTY`` puts a huge-array header in its train replies."""
+    reply = clientapp.handle(message, context)
+    control = dict(message.content[CONTROL]) if CONTROL in message.content else {}
+    hostile = context.node_config["partition-id"] == FAULTY and control.get("call", -1) != -1
+    if hostile and "arrays" in reply.content and reply.content["arrays"]:
+        arrays = reply.content["arrays"]
+        arrays[next(iter(arrays.keys()))] = huge_array()
+    return reply
+
+
+def test_huge_npy_header_is_a_failed_client_and_the_run_goes_on(
+    tmp_path, digits_cache, task_identity, caplog
+):
+    rc = run_config(tmp_path, "huge", digits_cache, rounds=2, failure_policy="resilient")
+    summary, out = run_on_grid(LocalGrid(rc, app=huge_header_app), rc)
+    assert summary["failed_clients"] == 2  # client 2 in each round; the run completed
+    failures = [r.getMessage() for r in caplog.records if "failed task" in r.getMessage()]
+    assert len(failures) == 2, failures
+    for line in failures:
+        assert f"client {FAULTY} failed task 'train'" in line and "\n" not in line, line
+        assert "announces float32[100000, 1000000]" in line, line
+    assert all(math.isfinite(h["train_loss"]) for h in read_history(out))
+
+
+def test_huge_npy_header_under_the_strict_policy_fails_the_serverapp_cleanly(
+    tmp_path, digits_cache, task_identity, caplog
+):
+    """Under ``strict`` the run stops with RoundFailed (no MemoryError); the ServerApp
+    says so in one line naming the run directory and raises it, so Flower marks the run
+    failed; the run directory holds no summary.json."""
+    rc = run_config(tmp_path, "huge-strict", digits_cache, rounds=1, failure_policy="strict")
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=rc)
+    with pytest.raises(RoundFailed, match="failure_policy=strict"):
+        serverapp.main(LocalGrid(rc, app=huge_header_app), context)
+    failed = [r.getMessage() for r in caplog.records if "fedshift run FAILED" in r.getMessage()]
+    assert len(failed) == 1 and "RoundFailed: round 1" in failed[0], failed
+    assert rc["out-dir"] in failed[0] and "\n" not in failed[0]
+    assert not (Path(rc["out-dir"]) / "summary.json").exists()
+
+
+def test_announced_arrays_are_checked_against_the_schema_before_loading(monkeypatch):
+    """A reply whose headers break the task's reply schema is refused before any array is
+    loaded; so is a header whose size disagrees with its bytes."""
+    from fedshift.core.schema import ArraySpec
+    from fedshift.engine.flower import convert
+
+    def never(array):
+        raise AssertionError("an array was loaded before the checks")
+
+    schema = {"model.w": ArraySpec((2,), torch.float32)}
+    wrong = to_recorddict(Record(arrays={"model.w": torch.zeros(3)}, metrics={"num-examples": 1}))
+    monkeypatch.setattr(convert, "array_to_tensor", never)
+    with pytest.raises(ConversionError, match=r"reply schema: 'model.w' has shape \(3,\)"):
+        from_recorddict(wrong, schema=schema)
+    content = to_recorddict(Record(metrics={"num-examples": 1}))
+    content["arrays"]["model.w"] = huge_array()
+    with pytest.raises(ConversionError, match="announces float32"):
+        from_recorddict(content, schema=schema)
+    truncated = to_recorddict(Record(arrays={"model.w": torch.zeros(2)}))
+    array = truncated["arrays"]["model.w"]
+    truncated["arrays"]["model.w"] = Array(
+        dtype=array.dtype, shape=array.shape, stype=array.stype, data=array.data[:-1]
+    )
+    with pytest.raises(ConversionError, match="but 7 data bytes follow"):
+        from_recorddict(truncated, schema=schema)

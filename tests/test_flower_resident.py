@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def raw_request(path: Path, *frames: bytes, header: bytes | None = None) -> dict
             pass  # the worker refused what it read so far and hung up: read its answer
         try:
             head, _ = wire.recv_message(sock)
-        except ConnectionError:
+        except (ConnectionError, wire.ProtocolError):
             return {}
         return head
 
@@ -130,41 +131,37 @@ def test_resident_worker_equals_simulation_survives_kill_and_bad_frames(
     assert status["pid"] != killed["pid"] and status["tasks"] >= 1  # round 3 ran there
 
     secret = node0.secret.read_text().strip()
-    head = json.dumps({"op": "ping", "secret": secret}).encode()
+    opening = wire.prologue(secret)
+    head = json.dumps({"op": "ping"}).encode()
     bad = [
-        raw_request(node0.socket, header=b"XXXX\0\0\0\0"),  # wrong magic
-        raw_request(node0.socket, header=struct.pack(">4sI", b"FSW1", wire.MAX_JSON + 1)),
-        raw_request(node0.socket, b"[1, 2]"),  # head not an object
-        raw_request(node0.socket, json.dumps({"op": "ping", "secret": "0" * 64}).encode()),
+        raw_request(node0.socket, head, header=opening[:4] + b"0" * 64),  # wrong secret
+        raw_request(node0.socket, header=opening + b"XXXX\0\0\0\0"),  # wrong magic
+        raw_request(node0.socket, header=opening + struct.pack(">4sI", b"FSW1", wire.MAX_JSON + 1)),
+        raw_request(node0.socket, b"[1, 2]", header=opening),  # head not an object
         raw_request(  # an object array: pickle, never loaded
             node0.socket,
             json.dumps(
-                {
-                    "op": "task",
-                    "secret": secret,
-                    "records": {"content": [["a", "array", [["x", "object", [1]]]]]},
-                }
+                {"op": "task", "records": {"content": [["a", "array", [["x", "object", [1]]]]]}}
             ).encode(),
             npy(np.array([{"evil": 1}], dtype=object)),
+            header=opening,
         ),
         raw_request(  # announced shape differs from the bytes
             node0.socket,
             json.dumps(
-                {
-                    "op": "task",
-                    "secret": secret,
-                    "records": {"content": [["a", "array", [["x", "float32", [3]]]]]},
-                }
+                {"op": "task", "records": {"content": [["a", "array", [["x", "float32", [3]]]]]}}
             ).encode(),
             npy(np.zeros(2, dtype=np.float32)),
+            header=opening,
         ),
     ]
     assert all(answer.get("ok") is not True for answer in bad)
-    after = raw_request(node0.socket, head)
+    after = raw_request(node0.socket, head, header=opening)
     assert after["ok"] is True and after["pid"] == status["pid"] and after["rejected"] == len(bad)
     err = capfd.readouterr().err
     assert len(re.findall(r"rejected a request: ", err)) == len(bad), err
-    assert "allow_pickle=False" in err and "announced float32[3]" in err, err
+    assert "wrong secret" in err and "dtype 'object' is not allowed" in err, err
+    assert "holds float32[2], announced float32[3]" in err, err
 
 
 def proc_state(pid: int) -> str:
@@ -226,3 +223,208 @@ def test_e2e_resident_workers_on_loopback(tmp_path_factory, digits_cache, tmp_pa
     while worker_pids(folder):  # each worker watches its SuperNode
         assert time.monotonic() < deadline, f"workers {worker_pids(folder)} outlived the nodes"
         time.sleep(0.5)
+
+
+# -- the worker under hostile requests: it refuses each one and keeps serving -----------------
+
+#: the whole-request deadline of the worker these tests start (seconds)
+DEADLINE = 3.0
+
+
+@pytest.fixture(scope="module")
+def lone_worker(tmp_path_factory):
+    """One worker started by hand (watching this process), with a short request deadline;
+    its stderr goes to a file. Yields (process, paths, log file)."""
+    folder = Path(tempfile.mkdtemp(prefix="fsw-"))
+    node_config = {"partition-id": 0, "num-partitions": 3, "worker-dir": str(folder)}
+    log = tmp_path_factory.mktemp("lone-worker") / "worker.log"
+    command = [
+        sys.executable,
+        "-m",
+        "fedshift.engine.flower.worker",
+        "--node-config-json",
+        json.dumps(node_config),
+        "--supernode-pid",
+        str(os.getpid()),
+        "--idle-timeout",
+        "0",
+        "--request-deadline",
+        str(DEADLINE),
+    ]
+    with open(log, "w") as err:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
+        )
+    paths = resident.worker_paths(node_config, os.getpid())
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            resident.ping(paths)
+            break
+        except (OSError, wire.ProtocolError, resident.WorkerUnavailable):
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    yield process, paths, log
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def frame(payload: bytes) -> bytes:
+    return wire.HEADER.pack(wire.MAGIC, len(payload)) + payload
+
+
+def task_head(**records) -> bytes:
+    head = {"op": "task", "run_id": 1, "node_id": 1, "run_config": {}, "node_config": {}}
+    return json.dumps({**head, "records": records}).encode()
+
+
+def huge_npy_header() -> bytes:
+    """A ``.npy`` header (about 128 bytes) announcing a float32 array of 373 GiB."""
+    import io
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": "<f4", "fortran_order": False, "shape": (100_000, 1_000_000)}
+    )
+    return buffer.getvalue()
+
+
+def deep(depth: int) -> str:
+    return "[" * depth + "1" + "]" * depth
+
+
+def hostile_request(name: str, secret: str) -> bytes:
+    """The bytes of one hostile request (those named "without the secret" never had it)."""
+    opening = wire.prologue(secret)
+    huge = [["x", "float32", [100_000, 1_000_000]]]
+    control = ["fedshift", "config", [["task", "train"], ["timeout", "abc"]]]
+    if name == "deep JSON head without the secret":
+        return frame(b"[" * 200_000 + b"]" * 200_000)
+    if name == "huge .npy header without the secret":
+        return frame(task_head(content=[["a", "array", huge]])) + frame(huge_npy_header())
+    if name == "timeout='abc' with the secret":
+        return opening + frame(task_head(content=[control], state=[]))
+    if name == "900-deep config value with the secret":
+        value = json.loads(deep(900))  # built and dumped iteratively by json up to 1000 deep
+        items = [["task", "train"], ["x", value]]
+        return opening + frame(task_head(content=[["fedshift", "config", items]], state=[]))
+    if name == "deep JSON head with the secret":
+        return opening + frame(b"[" * 200_000 + b"]" * 200_000)
+    if name == "huge .npy header with the secret":
+        head = task_head(content=[["a", "array", [["x", "float32", [2]]]]], state=[])
+        return opening + frame(head) + frame(huge_npy_header())
+    raise KeyError(name)
+
+
+#: each hostile request and the reason the worker must give for refusing it
+HOSTILE = {
+    "deep JSON head without the secret": "wrong secret",
+    "huge .npy header without the secret": "wrong secret",
+    "timeout='abc' with the secret": "timeout 'abc' is not a number of seconds",
+    "900-deep config value with the secret": "deep, beyond the limit of 64",
+    "deep JSON head with the secret": "JSON nested 200000 deep, beyond the limit of 64",
+    "huge .npy header with the secret": "announces float32[100000, 1000000]",
+}
+
+
+def send_raw(path: Path, data: bytes, timeout: float = 20.0) -> dict:
+    """Send ``data`` to the worker; its answer head ({} when it only hung up). Raises
+    TimeoutError when the worker neither answers nor hangs up within ``timeout``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        try:
+            sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused after the prologue: the rest was never read
+        try:
+            head, _ = wire.recv_message(sock)
+        except (ConnectionError, wire.ProtocolError):
+            return {}
+        return head
+
+
+def assert_still_serving(process, paths, log: Path, reason: str) -> None:
+    """The same worker process answers a ping, and its log names ``reason`` in one line."""
+    assert process.poll() is None, f"the worker died: {log.read_text()[-2000:]}"
+    status = resident.ping(paths)
+    assert status["pid"] == process.pid
+    lines = [line for line in log.read_text().splitlines() if "rejected a request: " in line]
+    assert any(reason in line for line in lines), lines[-5:]
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_worker_refuses_hostile_request_and_keeps_serving(name, lone_worker):
+    process, paths, log = lone_worker
+    secret = paths.secret.read_text().strip()
+    answer = send_raw(paths.socket, hostile_request(name, secret))
+    assert answer.get("ok") is not True
+    if answer:
+        assert answer["kind"] == "protocol" and HOSTILE[name] in answer["error"], answer
+    assert_still_serving(process, paths, log, HOSTILE[name])
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_worker_refuses_a_1_gib_frame_without_the_secret_unread(lone_worker):
+    """A head without the secret announcing one 1 GiB array, then that frame's header but
+    no body: the worker refuses after the 68-byte prologue, without waiting for (or making
+    room for) the body, and its memory does not grow."""
+    process, paths, log = lone_worker
+    before = rss_mib(process.pid)
+    head = json.dumps(
+        {"op": "task", "records": {"content": [["a", "array", [["x", "uint8", [1 << 30]]]]]}}
+    ).encode()
+    started = time.monotonic()
+    answer = send_raw(paths.socket, frame(head) + wire.HEADER.pack(wire.MAGIC, (1 << 30) + 128))
+    assert time.monotonic() - started < DEADLINE, "the worker waited for the body"
+    assert answer.get("ok") is not True
+    assert rss_mib(process.pid) - before < 64
+    assert_still_serving(process, paths, log, "wrong secret")
+
+
+def test_worker_drops_a_slow_sender_by_the_deadline_and_serves_the_next(lone_worker):
+    """A sender with the secret trickles its head one byte every 0.5 s (each recv would be
+    quick, the whole would take 50 s): the worker drops it once the request deadline has
+    passed and answers the next request."""
+    process, paths, log = lone_worker
+    secret = paths.secret.read_text().strip()
+    head = task_head(content=[], state=[])[:100]
+    dropped = {}
+
+    def trickle():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(60)
+            sock.connect(str(paths.socket))
+            started = time.monotonic()
+            try:
+                sock.sendall(wire.prologue(secret) + wire.HEADER.pack(wire.MAGIC, len(head)))
+                for byte in head:
+                    sock.sendall(bytes([byte]))
+                    time.sleep(0.5)
+            except OSError:
+                pass
+            try:
+                while sock.recv(4096):
+                    pass
+            except OSError:
+                pass
+            dropped["after"] = time.monotonic() - started
+
+    sender = threading.Thread(target=trickle)
+    sender.start()
+    time.sleep(0.3)  # the worker is now busy with the slow sender
+    started = time.monotonic()
+    status = resident.ping(paths)
+    waited = time.monotonic() - started
+    sender.join(timeout=120)
+    assert status["pid"] == process.pid
+    assert waited < DEADLINE + 3, f"the next request waited {waited:.1f} s"
+    assert dropped["after"] < DEADLINE + 3, dropped
+    assert_still_serving(process, paths, log, "not complete by its deadline")

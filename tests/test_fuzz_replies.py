@@ -213,3 +213,49 @@ def test_random_malformed_replies_never_break_the_server(
                 continue
             bound = weight * (fed.max_reply_value + float(honest_reply[key].abs().max()))
             assert float((value - honest.model[key]).abs().max()) <= bound * (1 + 1e-6), key
+
+
+# -- Flower reply arrays: random .npy headers, never an allocation beyond the bytes at hand ---
+
+DESCRS = ["<f4", ">f4", "<f8", "<f2", "|b1", "<i8", "|u1", "<c8", "|O", "<U3", "|V8", "<M8[s]"]
+
+
+def npy_blob(data) -> tuple[bytes, tuple[int, ...], str]:
+    """A ``.npy`` header (random dtype, shape up to 2**40 per side, order) followed by a
+    random number of data bytes (exactly enough, a few too many or too few, or none)."""
+    import io
+
+    import numpy as np
+
+    descr = data.draw(st.sampled_from(DESCRS))
+    shape = tuple(data.draw(st.lists(st.integers(0, 2**40) | st.integers(0, 5), max_size=3)))
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": descr, "fortran_order": data.draw(st.booleans()), "shape": shape}
+    )
+    needed = math.prod(shape) * np.dtype(descr).itemsize
+    size = data.draw(
+        st.sampled_from([needed, needed + 1, max(needed - 1, 0), 0, 7]).filter(lambda n: n < 4096)
+        | st.integers(0, 64)
+    )
+    return header.getvalue() + bytes(size), shape, descr
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_random_npy_headers_never_allocate_beyond_the_reply(data):
+    """A Flower reply array is loaded only when its header is a plain number array's and
+    announces exactly the bytes that follow it; anything else is a ConversionError (a
+    failed client), never a MemoryError or another exception."""
+    flwr_app = pytest.importorskip("flwr.app", reason="flwr is not installed")
+    from fedshift.engine.flower.convert import ConversionError, array_to_tensor
+
+    blob, shape, descr = npy_blob(data)
+    dtype_name = str(__import__("numpy").dtype(descr))
+    array = flwr_app.Array(dtype=dtype_name, shape=shape, stype="numpy.ndarray", data=blob)
+    try:
+        tensor = array_to_tensor(array)
+    except ConversionError:
+        return
+    assert tuple(tensor.shape) == shape
+    assert tensor.numel() * tensor.element_size() <= len(blob)

@@ -42,6 +42,7 @@ from fedshift.engine.flower.messages import (
     REFUSED,
     identity_of,
 )
+from fedshift.engine.flower.wire import finite_or_none
 
 if TYPE_CHECKING:  # torch-heavy: imported by the handler only
     from fedshift.engine.flower.node_state import NodeSnapshots
@@ -80,7 +81,7 @@ def handle(message: Message, context: Context) -> Message:
         # the SuperNode's log: the ClientApp process writes to the SuperNode's stderr
         print(f"fedshift: the ServerApp refused this SuperNode: {reason}", file=sys.stderr)
         return Message(RecordDict(), reply_to=message)
-    with give_up_after(float(control.get("timeout", 0.0))):
+    with give_up_after(finite_or_none(control.get("timeout")) or 0.0):
         content = None
         if resident.enabled(context.node_config):
             content = resident.forward(message.content, context)

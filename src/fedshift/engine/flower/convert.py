@@ -22,7 +22,9 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from fedshift.core.record import Record
+from fedshift.core.schema import ReplySchema, schema_problem
 from fedshift.engine.flower.messages import CONTROL
+from fedshift.engine.flower.wire import NUMPY, ProtocolError, npy_layout
 
 ARRAYS = "arrays"
 CONFIG = "config"
@@ -45,9 +47,39 @@ def tensor_to_array(key: str, tensor: torch.Tensor) -> Array:
     return Array(tensor.detach().to("cpu").contiguous().numpy())
 
 
+def announced_layout(array: Array) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape of a Flower ``Array``, from its ``.npy`` header alone: checked
+    against the array's own dtype and shape fields and against the bytes that follow the
+    header (:func:`~fedshift.engine.flower.wire.npy_layout`), before anything is allocated.
+    :class:`ConversionError` when they disagree or the header is not a plain array's."""
+    if not isinstance(array, Array) or array.stype != NUMPY:
+        raise ConversionError(f"is a {getattr(array, 'stype', type(array).__name__)!r} array")
+    try:
+        dtype, shape, _ = npy_layout(array.data)
+    except ProtocolError as exc:
+        raise ConversionError(str(exc)) from None
+    if str(dtype) != array.dtype or list(shape) != list(array.shape):
+        raise ConversionError(
+            f"its .npy bytes hold {dtype}{list(shape)}, "
+            f"the array says {array.dtype}{list(array.shape)}"
+        )
+    return dtype, shape
+
+
 def array_to_tensor(array: Array) -> torch.Tensor:
-    """A writable tensor owning a copy of the array's data."""
-    return torch.from_numpy(np.array(array.numpy(), copy=True))
+    """A writable tensor owning a copy of the array's data; the header is checked first
+    (:func:`announced_layout`), so no more than the bytes at hand is ever allocated."""
+    announced_layout(array)
+    try:
+        return torch.from_numpy(np.array(array.numpy(), copy=True))
+    except (TypeError, ValueError) as exc:  # a dtype torch cannot hold
+        raise ConversionError(str(exc)) from None
+
+
+def _meta_tensor(dtype: np.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """A tensor of ``dtype`` and ``shape`` that holds no data (for checks before loading)."""
+    torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    return torch.empty(shape, dtype=torch_dtype, device="meta")
 
 
 def arrays_to_record(tensors: Mapping[str, torch.Tensor]) -> ArrayRecord:
@@ -88,16 +120,21 @@ REPLY_RECORDS = {
 }
 
 
-def from_recorddict(content: RecordDict, *, with_control: bool = False) -> Record:
+def from_recorddict(
+    content: RecordDict, *, with_control: bool = False, schema: ReplySchema | None = None
+) -> Record:
     """The :class:`Record` inside ``content`` (metrics in their original key order).
 
     ``content`` must hold exactly the records :func:`to_recorddict` writes, each of its
     type; anything else (a missing or extra record, arrays sent as a config record, an
     array numpy or torch cannot read, a metric under two names) is a
     :class:`ConversionError` naming the problem (``with_control``: the engine's
-    instructions may ride along, as in the messages a ClientApp receives). Keys, shapes,
-    dtypes and metric values are checked against what was sent by the federation base,
-    for every engine alike.
+    instructions may ride along, as in the messages a ClientApp receives). Every array's
+    ``.npy`` header is read and checked before any array is loaded; with ``schema`` (the
+    task's reply schema) the keys, dtypes and shapes the headers announce must follow it,
+    also before anything is loaded, so a reply announcing a huge array costs nothing.
+    Values are checked against what was sent by the federation base, for every engine
+    alike.
     """
     if not isinstance(content, RecordDict):
         raise ConversionError(f"content is {type(content).__name__}, not a RecordDict")
@@ -126,6 +163,16 @@ def from_recorddict(content: RecordDict, *, with_control: bool = False) -> Recor
     if both:
         raise ConversionError(f"metrics {both} appear twice")
     metrics.update(other)
+    announced = {}
+    for key, array in content[ARRAYS].items():
+        try:
+            announced[key] = _meta_tensor(*announced_layout(array))
+        except (TypeError, ValueError, RuntimeError) as exc:  # ConversionError is a ValueError
+            raise ConversionError(f"array {key!r} cannot be read: {exc}") from None
+    if schema is not None:
+        problem = schema_problem(announced, schema)
+        if problem:
+            raise ConversionError(f"announced arrays break the reply schema: {problem}")
     arrays = {}
     for key, array in content[ARRAYS].items():
         try:

@@ -237,7 +237,8 @@ class FlowerFederation(BaseFederation):
                 problems[cid] = f"reply came from node {reply.metadata.src_node_id}"
                 continue
             try:
-                received[cid] = from_recorddict(reply.content)
+                schema = None if task == EVALUATE else self.algorithm.reply_schema(task, sends[cid])
+                received[cid] = from_recorddict(reply.content, schema=schema)
             except ConversionError as exc:
                 problems[cid] = f"unreadable reply: {exc}"
         for cid, _ in messages:

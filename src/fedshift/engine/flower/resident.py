@@ -14,7 +14,8 @@ The first ClientApp on a node starts the worker (detached, watching the SuperNod
 and an idle timeout) and waits for it; a lock file lets only one start at a time and the
 worker itself holds a second lock for its whole life, so two never serve one node. The
 socket lives in a directory only this user may enter (mode 0700, checked), and every
-request carries the worker's secret, read from a mode 0600 file there. If the worker is
+request opens with the worker's secret, read from a mode 0600 file there, in a fixed-size
+prologue the worker checks before it reads anything else (:mod:`.wire`). If the worker is
 unusable, gone or breaks the protocol, the ClientApp logs one line and runs the task in
 its own process (today's path); a dead worker is restarted for the next message.
 
@@ -196,7 +197,7 @@ def ping(paths: WorkerPaths) -> dict[str, Any]:
     """The worker's status (``pid``, ``tasks`` served); raises when it does not answer."""
     sock, secret = _connect(paths)
     with sock:
-        send_message(sock, {"op": "ping", "secret": secret}, {})
+        send_message(sock, {"op": "ping"}, {}, secret=secret)
         head, _ = recv_message(sock)
     if head.get("ok") is not True:
         raise WorkerUnavailable(f"worker refused the ping: {head.get('error', '?')}")
@@ -276,14 +277,13 @@ def _exchange(paths: WorkerPaths, content: RecordDict, context: Context) -> Reco
         sock.settimeout(None)
         head = {
             "op": "task",
-            "secret": secret,
             "run_id": int(context.run_id),
             "node_id": int(context.node_id),
             "run_config": dict(context.run_config),
             "node_config": dict(context.node_config),
         }
         try:
-            send_message(sock, head, {"content": content, "state": context.state})
+            send_message(sock, head, {"content": content, "state": context.state}, secret=secret)
         except TypeError as exc:  # a config value JSON cannot carry
             raise WorkerUnavailable(f"cannot send the task ({exc})") from None
         reply, parts = recv_message(sock)

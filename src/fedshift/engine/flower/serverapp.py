@@ -71,6 +71,23 @@ def run_token(opts: DeployOptions) -> str:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    summary, out_dir = run_on_grid(grid, dict(context.run_config))
+    """Run the experiment; a run that fails is reported in one line and fails the ServerApp.
+
+    Whatever stops the run (a ``RoundFailed`` under the strict policy, a lost SuperLink, a
+    bug) is logged as one ``fedshift run FAILED`` line naming it and the run directory,
+    then raised again, never swallowed: Flower 1.41 then marks the run ``finished:failed``
+    (``flwr ls``, with the reason in its details) and ``flwr-serverapp`` logs "Exit Code:
+    201" and exits with status 1. The run directory keeps its last checkpoint and gets no
+    ``summary.json``, the mark of a run that did not finish. ``flwr run --stream`` itself
+    exits 0 in Flower 1.41 whatever the run's end (docs/flower.md shows how to check it).
+    """
+    run_config = dict(context.run_config)
+    try:
+        summary, out_dir = run_on_grid(grid, run_config)
+    except Exception as exc:
+        reason = " ".join(f"{exc.__class__.__name__}: {exc}".split())[:2000]
+        where = run_config.get("out-dir") or "a new one under runs/"
+        log.error("fedshift run FAILED: %s (run directory: %s, no summary.json)", reason, where)
+        raise
     log.warning("fedshift run directory: %s", out_dir)
     print(json.dumps({"run_dir": out_dir, **summary}, indent=2), flush=True)

@@ -1,11 +1,18 @@
 """The local socket protocol between a ClientApp process and the node's resident worker.
 
 Kept free of torch (numpy and ``flwr.app`` only), because the per-message ClientApp
-process imports it. A message is one JSON frame followed by one frame per array; a frame
-is ``MAGIC`` + a 4-byte big-endian length + the payload. Arrays travel as the ``.npy``
-bytes Flower already holds (``Array.data``) and are re-read with
-``np.load(allow_pickle=False)`` and checked against the dtype and shape announced in the
-JSON frame before they become Flower ``Array`` objects again; nothing is unpickled. Records
+process imports it. A request opens with a fixed-size prologue, ``AUTH_MAGIC`` + the
+worker's 64-character secret, which the worker reads and compares before it reads
+anything else, so a process without the secret can make it read 68 bytes and no more.
+Then come one JSON frame and one frame per array; a frame is ``MAGIC`` + a 4-byte
+big-endian length + the payload. Every bound is checked before anything is allocated: the
+JSON head is at most :data:`MAX_JSON` bytes nested at most :data:`MAX_DEPTH` deep; the
+arrays it announces have an allowed dtype, at most :data:`MAX_ARRAY` bytes each and
+:data:`MAX_TOTAL` in all, and each array frame must be as long as its announced dtype and
+shape say. Arrays travel as the ``.npy`` bytes Flower already holds (``Array.data``); their
+``.npy`` header is read on its own and must match the announcement and the bytes that
+follow it, so they become Flower ``Array`` objects again without ``np.load`` and nothing is
+unpickled. A reader may pass a deadline for the whole message (not per ``recv``). Records
 are described as ``[name, kind, items]`` with ``kind`` one of ``array``, ``config``,
 ``metric``; config values that JSON cannot carry as themselves (bytes) are tagged.
 """
@@ -16,8 +23,10 @@ import base64
 import io
 import json
 import math
+import re
 import socket
 import struct
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,14 +35,35 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 MAGIC = b"FSW1"
 HEADER = struct.Struct(">4sI")
+#: the opening of every request: ``AUTH_MAGIC`` and the worker's secret (64 hex digits)
+AUTH_MAGIC = b"FSA1"
+PROLOGUE = struct.Struct(">4s64s")
 #: the largest JSON frame (descriptions, configs, metrics)
-MAX_JSON = 64 << 20
-#: the largest array frame (one tensor's .npy bytes)
+MAX_JSON = 16 << 20
+#: the deepest nesting of lists and objects a JSON frame may hold
+MAX_DEPTH = 64
+#: the largest array (one tensor's data bytes)
 MAX_ARRAY = 1 << 30
-#: the most bytes one message may carry in all
+#: the most bytes one message's arrays may carry in all
 MAX_TOTAL = 4 << 30
 #: the most arrays one message may carry
 MAX_ARRAYS = 100_000
+#: the longest ``.npy`` header (magic, version, length and the header dict) an array frame
+#: may put before its data
+MAX_NPY_HEADER = 1 << 12
+#: the dtypes an array may have: numbers and booleans in native byte order
+DTYPES = frozenset(
+    (
+        "bool",
+        *(f"int{bits}" for bits in (8, 16, 32, 64)),
+        *(f"uint{bits}" for bits in (8, 16, 32, 64)),
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    )
+)
 NUMPY = "numpy.ndarray"
 
 
@@ -41,12 +71,32 @@ class ProtocolError(ValueError):
     """A frame or message that breaks the protocol (one line, names the problem)."""
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
+def prologue(secret: str) -> bytes:
+    """The fixed-size opening of a request to the worker holding ``secret``."""
+    key = secret.encode()
+    if len(key) != 64:
+        raise ProtocolError("a worker secret has 64 characters")
+    return PROLOGUE.pack(AUTH_MAGIC, key)
+
+
+def recv_exact(sock: socket.socket, size: int, deadline: float | None = None) -> bytes:
+    """``size`` bytes from ``sock``; with ``deadline`` (a ``time.monotonic()`` value), all of
+    them before it, however slowly they trickle in (else :class:`ProtocolError`)."""
     buffer = bytearray(size)
     view = memoryview(buffer)
     got = 0
     while got < size:
-        n = sock.recv_into(view[got:], size - got)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProtocolError(f"the request was not complete by its deadline ({got} bytes)")
+            sock.settimeout(left)
+        try:
+            n = sock.recv_into(view[got:], size - got)
+        except TimeoutError:
+            if deadline is None:
+                raise
+            continue  # the deadline check above refuses it
         if n == 0:
             raise ConnectionError(f"connection closed after {got} of {size} bytes")
         got += n
@@ -59,14 +109,86 @@ def send_frames(sock: socket.socket, frames: Iterable[bytes]) -> None:
         sock.sendall(payload)
 
 
-def recv_frame(sock: socket.socket, limit: int) -> bytes:
-    """One frame's payload; a wrong magic or a length above ``limit`` is refused unread."""
-    magic, length = HEADER.unpack(_recv_exact(sock, HEADER.size))
+def recv_frame(
+    sock: socket.socket, limit: int, deadline: float | None = None, *, at_least: int = 0
+) -> bytes:
+    """One frame's payload; a wrong magic or a length outside ``at_least``..``limit`` is
+    refused before the payload is read (or any room made for it)."""
+    magic, length = HEADER.unpack(recv_exact(sock, HEADER.size, deadline))
     if magic != MAGIC:
         raise ProtocolError(f"bad frame magic {magic!r}")
     if length > limit:
         raise ProtocolError(f"frame of {length} bytes exceeds the limit of {limit}")
-    return _recv_exact(sock, length)
+    if length < at_least:
+        raise ProtocolError(f"frame of {length} bytes is shorter than the {at_least} announced")
+    return recv_exact(sock, length, deadline)
+
+
+#: a JSON string (escapes included), to blank out before the brackets are counted
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def json_depth(payload: bytes) -> int:
+    """How deep lists and objects nest in the JSON text ``payload`` (an upper bound for
+    malformed text), counted without parsing, so a parser's recursion is never reached."""
+    outside = np.frombuffer(_JSON_STRING.sub(b"", payload), dtype=np.uint8)
+    opens = (outside == ord("[")) | (outside == ord("{"))
+    closes = (outside == ord("]")) | (outside == ord("}"))
+    steps = opens.astype(np.int64) - closes.astype(np.int64)
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def load_json(payload: bytes) -> Any:
+    """``payload`` parsed as JSON, refused (:class:`ProtocolError`) when it nests deeper
+    than :data:`MAX_DEPTH` or is not JSON."""
+    depth = json_depth(payload)
+    if depth > MAX_DEPTH:
+        raise ProtocolError(f"JSON nested {depth} deep, beyond the limit of {MAX_DEPTH}")
+    try:
+        return json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"not JSON ({exc.__class__.__name__})") from None
+
+
+#: the .npy format versions read (3.0 only adds UTF-8 field names, which no array here has)
+_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+def npy_layout(blob: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
+    """The dtype, shape and header length a ``.npy`` blob announces, read from its header
+    alone and checked before anything is allocated: a dtype of :data:`DTYPES` in native
+    byte order, at most :data:`MAX_ARRAY` data bytes, and exactly as many data
+    bytes after the header as dtype and shape need. So a 128-byte header announcing a
+    373 GiB array is refused, as is any object, string or structured array."""
+    stream = io.BytesIO(blob)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read_header = _HEADER_READERS.get(version)
+        if read_header is not None:
+            shape, _, dtype = read_header(stream)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, EOFError) as exc:
+        text = " ".join(str(exc).split())[:200]
+        raise ProtocolError(f"unreadable .npy header ({exc.__class__.__name__}: {text})") from None
+    if read_header is None:
+        raise ProtocolError(f".npy format version {version} is not read")
+    if dtype.hasobject or dtype.name not in DTYPES or not dtype.isnative:
+        raise ProtocolError(f".npy dtype {dtype} is not a plain number or bool dtype")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > MAX_ARRAY:
+        raise ProtocolError(
+            f".npy header announces {dtype}{list(shape)}: {nbytes} bytes, "
+            f"beyond the limit of {MAX_ARRAY}"
+        )
+    offset = stream.tell()
+    if len(blob) - offset != nbytes:
+        raise ProtocolError(
+            f".npy header announces {dtype}{list(shape)} ({nbytes} bytes) "
+            f"but {len(blob) - offset} data bytes follow"
+        )
+    return dtype, tuple(shape), offset
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -117,23 +239,30 @@ def encode_records(records: RecordDict) -> tuple[list[Any], list[bytes]]:
     return described, blobs
 
 
-def _array(where: str, dtype: Any, shape: Any, blob: bytes) -> Array:
-    """A Flower Array from announced dtype/shape and .npy bytes, checked without pickle."""
-    if not isinstance(dtype, str) or not isinstance(shape, list):
-        raise ProtocolError(f"{where}: bad dtype or shape")
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
-        raise ProtocolError(f"{where}: bad shape {shape!r}")
-    try:
-        loaded = np.load(io.BytesIO(blob), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise ProtocolError(f"{where}: unreadable .npy ({exc})") from None
-    if not isinstance(loaded, np.ndarray) or loaded.dtype.hasobject:
-        raise ProtocolError(f"{where}: not a plain array")
-    if str(loaded.dtype) != dtype or list(loaded.shape) != shape:
-        raise ProtocolError(
-            f"{where}: holds {loaded.dtype}{list(loaded.shape)}, announced {dtype}{shape}"
-        )
+def _array(where: str, dtype: str, shape: list[int], blob: bytes) -> Array:
+    """A Flower Array from its checked announcement and .npy bytes, without ``np.load``."""
+    found, found_shape, _ = npy_layout(blob)
+    if str(found) != dtype or list(found_shape) != shape:
+        raise ProtocolError(f"{where}: holds {found}{list(found_shape)}, announced {dtype}{shape}")
     return Array(dtype=dtype, shape=tuple(shape), stype=NUMPY, data=blob)
+
+
+def _announced(where: str, item: Any) -> tuple[str, list[int], int]:
+    """The dtype, shape and data bytes an ``[key, dtype, shape]`` item announces, checked:
+    a dtype of :data:`DTYPES`, a list of sizes, at most :data:`MAX_ARRAY` bytes."""
+    if not isinstance(item, list) or len(item) != 3:
+        raise ProtocolError(f"{where}: array item is not [key, dtype, shape]")
+    _, dtype, shape = item
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ProtocolError(f"{where}: dtype {str(dtype)[:40]!r} is not allowed")
+    if not isinstance(shape, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+    ):
+        raise ProtocolError(f"{where}: bad shape")
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if nbytes > MAX_ARRAY:
+        raise ProtocolError(f"{where}: {nbytes} bytes exceed the limit of {MAX_ARRAY}")
+    return dtype, shape, nbytes
 
 
 def _metric(where: str, value: Any) -> Any:
@@ -145,6 +274,30 @@ def _metric(where: str, value: Any) -> Any:
     raise ProtocolError(f"{where}: metric value is not a number or list of numbers")
 
 
+def _check_entry(entry: Any) -> tuple[str, str, list[Any]]:
+    if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
+        raise ProtocolError("record entry is not [name, kind, items]")
+    name, kind, items = entry
+    if not isinstance(items, list) or not all(
+        isinstance(i, list) and i and isinstance(i[0], str) for i in items
+    ):
+        raise ProtocolError(f"record {name!r}: items are not [key, ...] lists")
+    return name, kind, items
+
+
+def announced_arrays(described: Any) -> list[int]:
+    """The data bytes of each array frame that follows a message whose records are
+    ``described``, in order; every announcement is checked (:func:`_announced`)."""
+    if not isinstance(described, list):
+        raise ProtocolError("records are not a list")
+    sizes = []
+    for entry in described:
+        name, kind, items = _check_entry(entry)
+        if kind == "array":
+            sizes += [_announced(f"array {name}/{i[0]}", i)[2] for i in items]
+    return sizes
+
+
 def decode_records(described: Any, blobs: list[bytes]) -> RecordDict:
     """The RecordDict that :func:`encode_records` described; every part is checked."""
     if not isinstance(described, list):
@@ -152,22 +305,16 @@ def decode_records(described: Any, blobs: list[bytes]) -> RecordDict:
     records = RecordDict()
     pending = iter(blobs)
     for entry in described:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)):
-            raise ProtocolError("record entry is not [name, kind, items]")
-        name, kind, items = entry
-        if not isinstance(items, list) or not all(
-            isinstance(i, list) and i and isinstance(i[0], str) for i in items
-        ):
-            raise ProtocolError(f"record {name!r}: items are not [key, ...] lists")
+        name, kind, items = _check_entry(entry)
         if kind == "array":
             record = ArrayRecord()
             for item in items:
-                if len(item) != 3:
-                    raise ProtocolError(f"record {name!r}: array item is not [key, dtype, shape]")
+                where = f"array {name}/{item[0]}"
+                dtype, shape, _ = _announced(where, item)
                 blob = next(pending, None)
                 if blob is None:
                     raise ProtocolError(f"record {name!r}: fewer array frames than arrays")
-                record[item[0]] = _array(f"array {name}/{item[0]}", item[1], item[2], blob)
+                record[item[0]] = _array(where, dtype, shape, blob)
         elif kind == "metric":
             if any(len(item) != 2 for item in items):
                 raise ProtocolError(f"record {name!r}: metric item is not [key, value]")
@@ -186,56 +333,57 @@ def decode_records(described: Any, blobs: list[bytes]) -> RecordDict:
     return records
 
 
-def count_arrays(described: Any) -> int:
-    """How many array frames follow a message whose records are ``described``."""
-    if not isinstance(described, list):
-        raise ProtocolError("records are not a list")
-    total = 0
-    for entry in described:
-        if isinstance(entry, list) and len(entry) == 3 and entry[1] == "array":
-            if not isinstance(entry[2], list):
-                raise ProtocolError("array items are not a list")
-            total += len(entry[2])
-    return total
-
-
 # -- messages: a JSON head, then the arrays of the records it names ---------------------------
 
 
-def send_message(sock: socket.socket, head: dict[str, Any], parts: dict[str, RecordDict]) -> None:
-    """``head`` plus the records ``parts`` (described under ``head["records"]``)."""
+def send_message(
+    sock: socket.socket,
+    head: dict[str, Any],
+    parts: dict[str, RecordDict],
+    *,
+    secret: str | None = None,
+) -> None:
+    """``head`` plus the records ``parts`` (described under ``head["records"]``); a request
+    to the worker opens with its ``secret`` (:func:`prologue`)."""
     described: dict[str, Any] = {}
     blobs: list[bytes] = []
     for key, records in parts.items():
         described[key], part_blobs = encode_records(records)
         blobs += part_blobs
     payload = json.dumps({**head, "records": described}).encode()
+    if secret is not None:
+        sock.sendall(prologue(secret))
     send_frames(sock, [payload, *blobs])
 
 
-def recv_message(sock: socket.socket) -> tuple[dict[str, Any], dict[str, RecordDict]]:
-    """A head (a JSON object) and its decoded records, all within the size limits."""
-    try:
-        head = json.loads(recv_frame(sock, MAX_JSON))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"head is not JSON ({exc.__class__.__name__})") from None
+def recv_message(
+    sock: socket.socket, deadline: float | None = None
+) -> tuple[dict[str, Any], dict[str, RecordDict]]:
+    """A head (a JSON object) and its decoded records, all within the limits (and by
+    ``deadline``, a ``time.monotonic()`` value, when one is given).
+
+    The head's announcements are checked, in all, before the first array frame is read,
+    and each array frame's length against its announcement before its bytes are.
+    """
+    head = load_json(recv_frame(sock, MAX_JSON, deadline))
     if not isinstance(head, dict):
         raise ProtocolError("head is not a JSON object")
     described = head.pop("records", {})
     if not isinstance(described, dict):
         raise ProtocolError("records are not an object")
-    wanted = [count_arrays(d) for d in described.values()]
-    if sum(wanted) > MAX_ARRAYS:
-        raise ProtocolError(f"{sum(wanted)} arrays exceed the limit of {MAX_ARRAYS}")
-    total = 0
+    sizes = {key: announced_arrays(d) for key, d in described.items()}
+    count = sum(len(s) for s in sizes.values())
+    if count > MAX_ARRAYS:
+        raise ProtocolError(f"{count} arrays exceed the limit of {MAX_ARRAYS}")
+    total = sum(sum(s) for s in sizes.values())
+    if total > MAX_TOTAL:
+        raise ProtocolError(f"the arrays announce {total} bytes, beyond the limit of {MAX_TOTAL}")
     parts: dict[str, RecordDict] = {}
-    for (key, records), n in zip(described.items(), wanted, strict=True):
-        blobs = []
-        for _ in range(n):
-            blobs.append(recv_frame(sock, MAX_ARRAY))
-            total += len(blobs[-1])
-            if total > MAX_TOTAL:
-                raise ProtocolError(f"message exceeds {MAX_TOTAL} bytes")
+    for key, records in described.items():
+        blobs = [
+            recv_frame(sock, nbytes + MAX_NPY_HEADER, deadline, at_least=nbytes)
+            for nbytes in sizes[key]
+        ]
         parts[key] = decode_records(records, blobs)
     return head, parts
 

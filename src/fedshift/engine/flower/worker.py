@@ -6,14 +6,18 @@ SuperNode, with the SuperNode's node config and pid::
     python -m fedshift.engine.flower.worker --node-config "partition-id=0 num-partitions=3" \\
         --supernode-pid 12345 [--idle-timeout 600]
 
-It answers one request at a time on its Unix socket: a request must carry the worker's
-secret and come from a process of this user, every frame is checked (:mod:`.wire`), and a
-malformed one is refused with one line on stderr (the SuperNode's log) without stopping
-the worker. A task runs through :func:`fedshift.engine.flower.clientapp.answer`, the
-ClientApp's own code, on the ``Context.state`` the ClientApp sent; the reply and the new
-state go back. The worker leaves when the SuperNode is gone, after ``--idle-timeout``
-seconds without a request (0: never), on SIGTERM, or, like the ClientApp, once a task has
-run past the server's round timeout plus the grace period (a run that no longer needs it).
+It answers one request at a time on its Unix socket. A request must come from a process
+of this user and open with the worker's secret in a fixed-size prologue, checked before
+anything else is read; it must arrive whole within ``--request-deadline`` seconds (a
+deadline for the whole request, so a sender trickling bytes cannot hold the worker); every
+frame is bounded and checked before room is made for it (:mod:`.wire`), and so are the run
+and node configs and the task's instructions. Anything else is refused with one line to
+the client and one on stderr (the SuperNode's log), and the worker keeps serving. A task
+runs through :func:`fedshift.engine.flower.clientapp.answer`, the ClientApp's own code, on
+the ``Context.state`` the ClientApp sent; the reply and the new state go back. The worker
+leaves when the SuperNode is gone, after ``--idle-timeout`` seconds without a request (0:
+never), on SIGTERM, or, like the ClientApp, once a task has run past the server's round
+timeout plus the grace period (a run that no longer needs it).
 """
 
 from __future__ import annotations
@@ -35,10 +39,20 @@ from typing import Any
 
 from fedshift.engine.flower.messages import CONTROL
 from fedshift.engine.flower.resident import WorkerPaths, WorkerUnavailable, worker_paths
-from fedshift.engine.flower.wire import ProtocolError, recv_message, send_message
+from fedshift.engine.flower.wire import (
+    PROLOGUE,
+    ProtocolError,
+    finite_or_none,
+    prologue,
+    recv_exact,
+    recv_message,
+    send_message,
+)
 
-#: seconds a client may take to send its request before it is dropped
-READ_TIMEOUT = 60.0
+#: seconds a client may take to send its whole request before it is dropped
+REQUEST_DEADLINE = 60.0
+#: what decoding a hostile request may raise besides ProtocolError: refused, never fatal
+DECODING_ERRORS = (ProtocolError, ValueError, TypeError, KeyError, RecursionError, MemoryError)
 #: seconds between checks of the SuperNode and the idle timeout
 TICK = 0.5
 
@@ -69,11 +83,19 @@ def _peer_uid(conn: socket.socket) -> int | None:
 class Worker:
     """Serves the tasks of one SuperNode on a Unix socket."""
 
-    def __init__(self, node_config: Mapping[str, Any], supernode: int, idle_timeout: float):
+    def __init__(
+        self,
+        node_config: Mapping[str, Any],
+        supernode: int,
+        idle_timeout: float,
+        request_deadline: float = REQUEST_DEADLINE,
+    ):
         self.paths: WorkerPaths = worker_paths(node_config, supernode)
         self.supernode = supernode
         self.idle_timeout = idle_timeout
+        self.request_deadline = request_deadline
         self.secret = secrets.token_hex(32)
+        self.prologue = prologue(self.secret)
         self.tasks = 0
         self.rejected = 0
         self.listener: socket.socket | None = None
@@ -147,50 +169,62 @@ class Worker:
                     self.handle(conn)
                 except OSError as exc:  # the ClientApp went away mid-exchange
                     log(f"lost a ClientApp: {exc.__class__.__name__}: {exc}")
+                except DECODING_ERRORS as exc:  # a reply that cannot be sent back
+                    log(f"dropped a request: {exc.__class__.__name__}: {exc}")
             last = time.monotonic()
 
     def _refuse(self, conn: socket.socket, reason: str) -> None:
+        reason = " ".join(reason.split())[:500]
         self.rejected += 1
         log(f"rejected a request: {reason}")
         try:
+            conn.settimeout(1.0)
             send_message(conn, {"ok": False, "kind": "protocol", "error": reason}, {})
         except OSError:
             pass
 
     def handle(self, conn: socket.socket) -> None:
-        """Answer one connection: a ping or a task; anything malformed is refused."""
+        """Answer one connection: a ping or a task; anything malformed is refused.
+
+        The secret comes first, in a fixed-size prologue: without it nothing more is read.
+        The whole request must arrive by one deadline.
+        """
         uid = _peer_uid(conn)
         if uid is not None and uid != os.getuid():
             self._refuse(conn, f"peer user id {uid} is not this worker's")
             return
-        conn.settimeout(READ_TIMEOUT)
+        deadline = time.monotonic() + self.request_deadline
         try:
-            head, parts = recv_message(conn)
+            opening = recv_exact(conn, PROLOGUE.size, deadline)
         except (ProtocolError, OSError) as exc:
-            self._refuse(conn, str(exc) or exc.__class__.__name__)
+            self._refuse(conn, f"no prologue: {str(exc) or exc.__class__.__name__}")
             return
-        if not hmac.compare_digest(str(head.get("secret", "")).encode(), self.secret.encode()):
+        if not hmac.compare_digest(opening, self.prologue):
             self._refuse(conn, "wrong secret")
             return
-        op = head.get("op")
-        if op == "ping":
-            status = {"ok": True, "pid": os.getpid(), "tasks": self.tasks}
-            send_message(conn, {**status, "rejected": self.rejected}, {})
-            return
-        if op != "task":
-            self._refuse(conn, f"unknown op {op!r}")
-            return
         try:
-            context = self._context(head, parts)
-        except ProtocolError as exc:
-            self._refuse(conn, str(exc))
+            head, parts = recv_message(conn, deadline)
+            op = head.get("op")
+            if op == "ping":
+                status = {"ok": True, "pid": os.getpid(), "tasks": self.tasks}
+                send_message(conn, {**status, "rejected": self.rejected}, {})
+                return
+            if op != "task":
+                raise ProtocolError(f"unknown op {str(op)[:40]!r}")
+            context, timeout = self._context(head, parts)
+        except DECODING_ERRORS as exc:
+            self._refuse(conn, str(exc) or exc.__class__.__name__)
+            return
+        except OSError as exc:
+            self._refuse(conn, f"{exc.__class__.__name__}: {exc}")
             return
         conn.settimeout(None)
-        self._run(conn, parts["content"], context)
+        self._run(conn, parts["content"], context, timeout)
 
     def _context(self, head: dict[str, Any], parts: dict[str, Any]):
-        """The Flower Context the task runs in, from a checked request."""
-        from flwr.app import Context
+        """The Flower Context the task runs in and the task's timeout, from a checked
+        request."""
+        from flwr.app import ConfigRecord, Context
 
         for key in ("run_config", "node_config"):
             value = head.get(key)
@@ -203,22 +237,27 @@ class Worker:
                 raise ProtocolError(f"{key} is not an integer")
         if set(parts) != {"content", "state"}:
             raise ProtocolError(f"request holds {sorted(parts)}, expected content and state")
-        if CONTROL not in parts["content"]:
+        control = parts["content"][CONTROL] if CONTROL in parts["content"] else None
+        if not isinstance(control, ConfigRecord):
             raise ProtocolError("the task carries no engine instructions")
-        return Context(
+        timeout = control.get("timeout", 0.0)
+        is_number = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        if not is_number or not (timeout == 0 or finite_or_none(timeout)):
+            raise ProtocolError(f"timeout {str(timeout)[:40]!r} is not a number of seconds")
+        context = Context(
             run_id=head["run_id"],
             node_id=head["node_id"],
             node_config=head["node_config"],
             state=parts["state"],
             run_config=head["run_config"],
         )
+        return context, float(timeout)
 
-    def _run(self, conn: socket.socket, content, context) -> None:
+    def _run(self, conn: socket.socket, content, context, timeout: float) -> None:
         import torch
 
         from fedshift.engine.flower.clientapp import GRACE, answer, experiment_of
 
-        timeout = float(dict(content[CONTROL]).get("timeout", 0.0) or 0.0)
         watchdog = None
         if timeout > 0:
             watchdog = threading.Timer(timeout + GRACE, self._give_up, args=(timeout + GRACE,))
@@ -260,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--idle-timeout", type=float, default=600.0, help="seconds idle before leaving (0: never)"
     )
+    parser.add_argument(
+        "--request-deadline",
+        type=float,
+        default=REQUEST_DEADLINE,
+        help="seconds a client may take to send its whole request",
+    )
     args = parser.parse_args(argv)
     if args.node_config_json is not None:
         node_config = json.loads(args.node_config_json)
@@ -271,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no process {args.supernode_pid}", file=sys.stderr)
         return 2
     try:
-        worker = Worker(node_config, args.supernode_pid, args.idle_timeout)
+        worker = Worker(node_config, args.supernode_pid, args.idle_timeout, args.request_deadline)
     except WorkerUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
