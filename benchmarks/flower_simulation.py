@@ -109,7 +109,7 @@ def flower_simulation_rounds(
     """(seconds, samples) of each of ``rounds`` Flower simulation rounds (the first dropped
     as warm-up: Ray workers start and build their data). ``workers`` ClientApps run at once
     (Ray actors of ``cpu_count / workers`` CPUs each); 1 matches fedshift's one process."""
-    from fedshift.algorithms._common import state_dict_cpu
+    from fedshift.algorithms.toolkit import state_dict_cpu
 
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     here = str(Path(__file__).resolve().parent)

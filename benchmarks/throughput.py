@@ -35,12 +35,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import state_dict_cpu
+from fedshift.algorithms.toolkit import state_dict_cpu
 from fedshift.config import resolve
 from fedshift.core.reduce import weighted_mean
 from fedshift.core.split import dense, to_input
 from fedshift.engine.assembly import Experiment, prepare
-from fedshift.engine.simulation import SimulationFederation
+from fedshift.engine.simulation.dispatch import SimulationFederation
 
 METHODS = ("sequential", "vectorized", "fused", "bare")
 

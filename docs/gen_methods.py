@@ -12,7 +12,7 @@ import dataclasses
 import mkdocs_gen_files
 
 from fedshift.algorithms import REGISTRY
-from fedshift.core.runconfig import PROTOCOLS
+from fedshift.scenarios import PROTOCOLS
 
 
 def _cell(value: object) -> str:

@@ -28,11 +28,11 @@ from fedshift.core.runconfig import RunConfig
 from fedshift.data.custom import make_dataset, register_dataset
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import run_experiment
-from fedshift.engine.sweep import SweepFailed
-from fedshift.engine.sweep import sweep as run_sweep
+from fedshift.engine.run.runner import run_experiment
 from fedshift.models.registry import register_model
 from fedshift.presets import Preset, load_preset, preset_names
+from fedshift.sweep import SweepFailed
+from fedshift.sweep import sweep as run_sweep
 
 __all__ = [
     "Preset",

@@ -20,7 +20,6 @@ from fedshift.core.errors import CheckpointError, ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
 from fedshift.core.runconfig import (
-    ALL_DOMAIN_PROTOCOLS,
     KEY_ALIASES,
     RENAMED_KEYS,
     RUN_KEYS,
@@ -33,6 +32,7 @@ from fedshift.core.state import has_checkpoint, load_checkpoint
 from fedshift.data.catalog import CATALOG, check_dataset
 from fedshift.models.registry import SEGMENTATION_MODELS
 from fedshift.presets import Preset, load_preset
+from fedshift.scenarios import PROTOCOLS, get_protocol
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +119,7 @@ def parse_set(items: list[str]) -> dict[str, str]:
 def validate(cfg: RunConfig) -> None:
     """Checks that need no data: the algorithm, its protocols and problems, choices, ranges."""
     get_algorithm(cfg.algorithm)  # built-in, registered or plug-in; ConfigError if none
+    get_protocol(cfg.protocol)
     check_run_values(cfg)
     algorithm = REGISTRY[cfg.algorithm]
     supported = algorithm.protocols
@@ -221,10 +222,9 @@ def _resolve_settings(settings: dict[str, Any]) -> RunConfig:
     cfg = RunConfig()
     run_settings = {renamed(k): v for k, v in settings.items() if not k.startswith("algo.")}
     apply_settings(cfg, run_settings)
-    if cfg.protocol in ALL_DOMAIN_PROTOCOLS and "target" not in run_settings:
-        cfg.target = "all"
-    if cfg.protocol == "personalized" and "target" not in run_settings:
-        cfg.target = "clients"
+    protocol = PROTOCOLS.get(cfg.protocol)  # an unknown name fails in validate()
+    if protocol and protocol.default_target is not None and "target" not in run_settings:
+        cfg.target = protocol.default_target
     if "model" not in run_settings and cfg.algorithm in REGISTRY:
         cfg.model = REGISTRY[cfg.algorithm].default_model or cfg.model
     validate(cfg)

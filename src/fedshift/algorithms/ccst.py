@@ -9,7 +9,8 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.fedavg import FedAvg
+from fedshift.algorithms.toolkit import (
     average_replies,
     fit,
     local_metrics,
@@ -19,7 +20,6 @@ from fedshift.algorithms._common import (
     weighted_metric,
     with_penalty,
 )
-from fedshift.algorithms.fedavg import FedAvg
 from fedshift.core.algorithm import RunInfo, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError, RoundFailed

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     averaging_round,
     local_metrics,
     make_optimizer,

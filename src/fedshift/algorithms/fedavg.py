@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     SupervisedPlan,
     averaging_round,
     model_from_record,

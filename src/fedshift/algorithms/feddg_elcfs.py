@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     averaging_round,
     fit,
     local_metrics,

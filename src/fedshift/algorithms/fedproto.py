@@ -9,13 +9,6 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
-    fit,
-    local_metrics,
-    make_optimizer,
-    state_dict_cpu,
-    weighted_metric,
-)
 from fedshift.algorithms._prototypes import (
     PrototypeModel,
     aggregate_prototypes,
@@ -25,6 +18,13 @@ from fedshift.algorithms._prototypes import (
     prototype_loss,
     prototypes_from_arrays,
     stack_prototypes,
+)
+from fedshift.algorithms.toolkit import (
+    fit,
+    local_metrics,
+    make_optimizer,
+    state_dict_cpu,
+    weighted_metric,
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext

@@ -11,15 +11,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
-    average_replies,
-    fit,
-    local_metrics,
-    make_optimizer,
-    model_from_record,
-    model_record,
-    weighted_metric,
-)
 from fedshift.algorithms._prototypes import (
     accumulate_class_sums,
     class_means,
@@ -27,6 +18,15 @@ from fedshift.algorithms._prototypes import (
     prototype_arrays,
     prototypes_from_arrays,
     stack_prototypes,
+)
+from fedshift.algorithms.toolkit import (
+    average_replies,
+    fit,
+    local_metrics,
+    make_optimizer,
+    model_from_record,
+    model_record,
+    weighted_metric,
 )
 from fedshift.core.algorithm import Algorithm, client_task
 from fedshift.core.context import ClientContext

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     SupervisedPlan,
     state_dict_cpu,
     train_supervised,

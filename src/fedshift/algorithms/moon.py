@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     averaging_round,
     fit,
     local_metrics,

@@ -38,16 +38,6 @@ TRACKERS: dict[str, str] = {
 }
 #: simulated attacks (``RunConfig.attack``), implemented in :mod:`fedshift.engine.attacks`
 ATTACKS = ("sign-flip", "alie", "ipm", "label-flip", "proto-poison")
-#: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
-PROTOCOLS: dict[str, str] = {
-    "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
-    "personalized": "every domain trains; each client is tested on its own classes; "
-    "target: clients",
-    "msst": "multi-source single-target: sources labeled, target client unlabeled",
-    "per-domain": "every domain trains and is tested (FPL); target: all",
-}
-#: protocols that test every domain; their target defaults to "all"
-ALL_DOMAIN_PROTOCOLS = ("per-domain",)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
 RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
 #: other names a run key answers to, silently: the papers' symbol (``lambda``) -> the key
@@ -62,7 +52,7 @@ class RunConfig:
     dataset: str = "digits-dg"
     target: str = "mnistm"  # held-out domain (leave-one-domain-out)
     sources: str = ""  # comma-separated source domains; empty: every domain but the target
-    protocol: str = "lodo"
+    protocol: str = "lodo"  # one of fedshift.scenarios.PROTOCOLS (checked in fedshift.config)
     problem: str = "classification"  # or "segmentation": per-pixel masks, Dice (model unet)
     rounds: int = 30
     local_epochs: int = 1
@@ -242,7 +232,6 @@ def tracking_loggers(text: str) -> list[str]:
 
 def check_run_values(cfg: RunConfig) -> None:
     """The checks of a run config that need no registry: choices and ranges."""
-    check_choice("protocol", cfg.protocol, PROTOCOLS)
     check_choice("problem", cfg.problem, PROBLEMS)
     check_choice("partition", cfg.partition, PARTITIONS)
     check_choice_device(cfg.device)

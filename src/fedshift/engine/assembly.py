@@ -28,11 +28,11 @@ from fedshift.data import load_dataset
 from fedshift.data.augment import Augment, build_augment, resolve_augment
 from fedshift.data.domains import DomainDataset
 from fedshift.data.elcfs_sets import SETS as SEGMENTATION_SETS
-from fedshift.engine.protocols import build_scenario
-from fedshift.engine.scenario import Scenario, server_images
 from fedshift.eval.segmentation import check_masks
 from fedshift.models import build_model
 from fedshift.models.registry import parse_variants, variant_of_client
+from fedshift.scenarios import build_scenario
+from fedshift.scenarios.scenario import Scenario, server_images
 
 
 def resolve_device(name: str) -> torch.device:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fedshift.engine.rundir import read_summary
+from fedshift.engine.run.rundir import read_summary
 
 
 def find_summaries(paths: Iterable[str | Path]) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedshift.core.errors import ConfigError, did_you_mean
-from fedshift.engine.tracking import flatten
+from fedshift.engine.run.tracking import flatten
 from fedshift.report.aggregate import is_fraction
 
 #: config keys that never split runs into groups: the seed is what the band is over, the

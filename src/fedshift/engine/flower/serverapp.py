@@ -1,6 +1,6 @@
 """The Flower ``ServerApp``: the algorithm's server program over a :class:`FlowerFederation`.
 
-It runs :func:`fedshift.engine.runner.run_experiment` (setup, rounds, evaluation,
+It runs :func:`fedshift.engine.run.runner.run_experiment` (setup, rounds, evaluation,
 per-round checkpoints, summary) with the Flower federation instead of the in-process one,
 so a Flower run writes the same run directory as ``fedshift run``. Setting the run config
 key ``resume=true`` with the same ``out-dir`` continues a killed run from its last
@@ -23,7 +23,7 @@ from fedshift.core.errors import CheckpointError
 from fedshift.engine.assembly import Experiment
 from fedshift.engine.flower.federation import FlowerFederation
 from fedshift.engine.flower.settings import DeployOptions, load_run_dataset, parse_run_config
-from fedshift.engine.runner import run_experiment
+from fedshift.engine.run.runner import run_experiment
 
 log = logging.getLogger(__name__)
 

@@ -9,16 +9,16 @@ from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
 from fedshift.core.record import Record
 from fedshift.engine.assembly import Experiment
-from fedshift.engine.attacks import AttackPlan
-from fedshift.engine.evaluation import ClientScores, client_scores
-from fedshift.engine.faults import CORRUPTIONS, FaultPlan, InjectedFault
 from fedshift.engine.federation import (
     BaseFederation,
     federation_options,
     one_line,
     run_client_task,
 )
-from fedshift.engine.vectorized import run_vectorized, vectorize_enabled
+from fedshift.engine.run.evaluation import ClientScores, client_scores
+from fedshift.engine.simulation.attacks import AttackPlan
+from fedshift.engine.simulation.faults import CORRUPTIONS, FaultPlan, InjectedFault
+from fedshift.engine.simulation.vectorized import run_vectorized, vectorize_enabled
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,8 @@ class SimulationFederation(BaseFederation):
     models are scored from the client states held here.
 
     A client task that raises is a failed client (its message logged in one line); the
-    failure policy decides the round. ``faults`` (:mod:`fedshift.engine.faults`) injects
-    client faults for tests and drills; ``attack`` (:mod:`fedshift.engine.attacks`) makes
+    failure policy decides the round. ``faults`` (:mod:`fedshift.engine.simulation.faults`) injects
+    client faults for tests and drills; ``attack`` (:mod:`fedshift.engine.simulation.attacks`) makes
     some clients malicious.
     """
 

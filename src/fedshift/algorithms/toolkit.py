@@ -240,7 +240,7 @@ def weighted_metric(replies: dict[int, Record], key: str) -> float:
 @dataclass
 class SupervisedPlan:
     """One client's share of a vectorized ``train`` call (see
-    :mod:`fedshift.engine.vectorized`): cross-entropy SGD for ``epochs`` epochs on the
+    :mod:`fedshift.engine.simulation.vectorized`): cross-entropy SGD for ``epochs`` epochs on the
     client's labeled training split, exactly as :func:`train_supervised` does it, from the
     weights ``start`` (a full state dict), with ``mu``/2·‖w − ``start``‖² added over the
     trainable parameters when ``mu`` > 0 (FedProx). ``finish(weights, metrics)`` turns the

@@ -26,12 +26,12 @@ from fedshift.core.state import (
 )
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import Experiment, prepare
-from fedshift.engine.evaluation import evaluate, personal_eval_every
 from fedshift.engine.federation import BaseFederation
-from fedshift.engine.rundir import check_run_dir, claim_run_dir, read_json_file, settle_run_dir
-from fedshift.engine.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
-from fedshift.engine.simulation import SimulationFederation
-from fedshift.engine.tracking import Tracking
+from fedshift.engine.run.evaluation import evaluate, personal_eval_every
+from fedshift.engine.run.rundir import check_run_dir, claim_run_dir, read_json_file, settle_run_dir
+from fedshift.engine.run.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
+from fedshift.engine.run.tracking import Tracking
+from fedshift.engine.simulation.dispatch import SimulationFederation
 
 
 def default_run_name(cfg: RunConfig) -> str:

@@ -32,7 +32,7 @@ from fedshift.core.runconfig import RunConfig, check_choice_device
 from fedshift.core.state import has_checkpoint, write_text_atomically
 from fedshift.data.custom import registered_datasets
 from fedshift.engine.assembly import resolve_device
-from fedshift.engine.rundir import (
+from fedshift.engine.run.rundir import (
     RunDirectoryBusy,
     claim_run_dir,
     clear_run_dir,
@@ -40,7 +40,7 @@ from fedshift.engine.rundir import (
     refuse_foreign,
     unwritable_ancestor,
 )
-from fedshift.engine.runner import run_experiment
+from fedshift.engine.run.runner import run_experiment
 
 #: run keys a sweep takes from its own options, not from ``--grid``
 SWEEP_OPTIONS = {"algorithm": "-a/--algorithms", "target": "-t/--targets", "seed": "--seeds"}
