@@ -13,14 +13,13 @@ from fedshift.algorithms.fedavg import FedAvg
 from fedshift.algorithms.toolkit import (
     average_replies,
     fit,
-    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
     weighted_metric,
     with_penalty,
 )
-from fedshift.core.algorithm import RunInfo, client_task
+from fedshift.core.algorithm import RunInfo, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError, RoundFailed
 from fedshift.core.federation import Federation

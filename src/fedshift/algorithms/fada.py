@@ -12,13 +12,12 @@ from torch import nn
 
 from fedshift.algorithms.toolkit import (
     fit,
-    local_metrics,
     make_optimizer,
     optimizer_step,
     state_dict_cpu,
     weighted_metric,
 )
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation

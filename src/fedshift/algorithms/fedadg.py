@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshift.algorithms.toolkit import (
-    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
@@ -19,7 +18,7 @@ from fedshift.algorithms.toolkit import (
     state_dict_cpu,
     weighted_metric,
 )
-from fedshift.core.algorithm import Algorithm, RunInfo, client_task
+from fedshift.core.algorithm import Algorithm, RunInfo, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation

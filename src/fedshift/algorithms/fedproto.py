@@ -19,14 +19,8 @@ from fedshift.algorithms._prototypes import (
     prototypes_from_arrays,
     stack_prototypes,
 )
-from fedshift.algorithms.toolkit import (
-    fit,
-    local_metrics,
-    make_optimizer,
-    state_dict_cpu,
-    weighted_metric,
-)
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.algorithms.toolkit import fit, make_optimizer, state_dict_cpu, weighted_metric
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, check_ranges

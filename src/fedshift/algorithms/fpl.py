@@ -22,13 +22,12 @@ from fedshift.algorithms._prototypes import (
 from fedshift.algorithms.toolkit import (
     average_replies,
     fit,
-    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
     weighted_metric,
 )
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation

@@ -23,8 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
-from fedshift.algorithms.toolkit import SupervisedPlan, local_metrics
-from fedshift.core.algorithm import Algorithm
+from fedshift.core.algorithm import Algorithm, SupervisedPlan, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.record import Record
 from fedshift.core.seeding import derive_seed
