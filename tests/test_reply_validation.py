@@ -142,6 +142,8 @@ def test_fault_specs_parse_and_refuse_bad_entries():
     for bad in ("boom@1:1", "nan@1", "nan", "nan@x:1"):
         with pytest.raises(ConfigError, match="faults entry"):
             parse_faults(bad)
+    with pytest.raises(ConfigError, match="'shape' is now called 'wrong-shape'"):
+        parse_faults("shape@1:1")
 
 
 # -- fault injection through real runs --------------------------------------------------------

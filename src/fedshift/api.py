@@ -25,6 +25,7 @@ from fedshift.algorithms import register_algorithm
 from fedshift.config import resolve, resolve_resume
 from fedshift.core.errors import CheckpointError, ConfigError
 from fedshift.core.runconfig import RunConfig
+from fedshift.core.runfiles import CONFIG, RunFiles
 from fedshift.data.custom import make_dataset, register_dataset
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import prepare
@@ -217,14 +218,14 @@ def load_run(run_dir: str | Path) -> RunResult:
     Raises CheckpointError when ``run_dir`` holds no fedshift run (no ``config.json``).
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise CheckpointError(f"{run_dir} is not a fedshift run directory (no config.json)")
-    config = _read_json(run_dir / "config.json")
-    summary = _read_json(run_dir / "summary.json") if (run_dir / "summary.json").is_file() else {}
+    files = RunFiles(run_dir)
+    if not files.config.is_file():
+        raise CheckpointError(f"{run_dir} is not a fedshift run directory (no {CONFIG})")
+    config = _read_json(files.config)
+    summary = _read_json(files.summary) if files.summary.is_file() else {}
     history = []
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.is_file():
-        for line in metrics.read_text().splitlines():
+    if files.metrics.is_file():
+        for line in files.metrics.read_text().splitlines():
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:

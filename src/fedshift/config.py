@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import logging
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from fedshift.algorithms import REGISTRY, get_algorithm
-from fedshift.core.errors import CheckpointError, ConfigError, did_you_mean
+from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
 from fedshift.core.runconfig import (
@@ -28,7 +27,7 @@ from fedshift.core.runconfig import (
     coerce,
     field_type,
 )
-from fedshift.core.state import has_checkpoint, load_checkpoint
+from fedshift.core.runfiles import RunFiles
 from fedshift.data.catalog import CATALOG, check_dataset
 from fedshift.models.registry import SEGMENTATION_MODELS
 from fedshift.presets import Preset, load_preset
@@ -240,16 +239,7 @@ RESUME_MAY_CHANGE = ("device", "threads", "rounds", "tracking")
 
 def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
     """The config a run directory was started with: its ``config.json``, else its checkpoint's."""
-    run_dir = Path(run_dir)
-    try:
-        saved = json.loads((run_dir / "config.json").read_text())
-        if isinstance(saved, dict):
-            return saved
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        pass
-    if not has_checkpoint(run_dir):
-        raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")
-    return dict(load_checkpoint(run_dir / "checkpoint.pt")["config"])
+    return RunFiles(run_dir).saved_config()
 
 
 def resolve_resume(

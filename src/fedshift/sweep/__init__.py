@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import multiprocessing
 import os
@@ -29,14 +28,13 @@ from fedshift.config import parse_set, renamed, resolve
 from fedshift.core.errors import ConfigError, RunInterrupted, did_you_mean
 from fedshift.core.hparams import hparam_types
 from fedshift.core.runconfig import RunConfig, check_choice_device
-from fedshift.core.state import has_checkpoint, write_text_atomically
+from fedshift.core.runfiles import RunFiles
 from fedshift.data.custom import registered_datasets
 from fedshift.engine.assembly import resolve_device
 from fedshift.engine.run.rundir import (
     RunDirectoryBusy,
     claim_run_dir,
     clear_run_dir,
-    read_summary,
     refuse_foreign,
     unwritable_ancestor,
 )
@@ -255,10 +253,9 @@ def plan(
 def finished_summary(run: PlannedRun) -> tuple[dict[str, Any] | None, PlannedRun]:
     """The run's summary if it finished earlier and records its grid point, else None and
     the run to execute (told not to read a half-written summary again: one warning)."""
-    path = run.run_dir / "summary.json"
-    if not path.exists():
+    if not RunFiles(run.run_dir).summary.exists():
         return None, run
-    summary = read_summary(run.run_dir)  # None (with a warning) when half-written
+    summary = RunFiles(run.run_dir).read_summary()  # None (with a warning) when half-written
     if summary is None:
         return None, dataclasses.replace(run, read_back=False)
     if run.grid and summary.get("grid") != run.grid:
@@ -271,7 +268,7 @@ def with_grid(run: PlannedRun, summary: dict[str, Any]) -> dict[str, Any]:
     if not run.grid or summary.get("grid") == run.grid:
         return summary
     summary = {**summary, "grid": run.grid}
-    write_text_atomically(run.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    RunFiles(run.run_dir).write_summary(summary)
     return summary
 
 
@@ -292,14 +289,15 @@ def execute(run: PlannedRun, progress: bool = False) -> RunOutcome:
     start = time.perf_counter()
     run_dir = run.run_dir
     try:
-        if not (run.read_back and (run_dir / "summary.json").exists()):
+        files = RunFiles(run_dir)
+        if not (run.read_back and files.summary.exists()):
             refuse_foreign(run_dir)  # before the claim adds its lock file
         with claim_run_dir(run_dir):
-            found = run.read_back and (run_dir / "summary.json").exists()
-            done = read_summary(run_dir) if found else None
+            found = run.read_back and files.summary.exists()
+            done = files.read_summary() if found else None
             if done is not None:  # finished earlier, or by another sweep meanwhile
                 return RunOutcome("done", with_grid(run, done))
-            resume = has_checkpoint(run_dir)
+            resume = files.resumes()
             if not resume:
                 clear_run_dir(run_dir)  # killed before its first checkpoint
             summary, _ = run_experiment(run.cfg, run_dir, resume=resume, progress=progress)
@@ -375,7 +373,7 @@ def accuracy_text(outcome: RunOutcome) -> str:
 def run_sequential(pending, report: SweepProgress, progress: bool) -> dict[int, RunOutcome]:
     outcomes = {}
     for index, run in pending:
-        report.started(run, index, has_checkpoint(run.run_dir))
+        report.started(run, index, RunFiles(run.run_dir).resumes())
         outcomes[index] = execute(run, progress)
         report.ended(run, outcomes[index], running=0)
     return outcomes
