@@ -12,19 +12,23 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-class ConfigError(ValueError):
+class FedshiftError(Exception):
+    """The base of fedshift's own errors: their message is meant for the user as it is."""
+
+
+class ConfigError(FedshiftError, ValueError):
     """A configuration that cannot run; the message names the valid choices."""
 
 
-class DatasetError(ValueError):
+class DatasetError(FedshiftError, ValueError):
     """A dataset could not be loaded, built or partitioned; the message says what was expected."""
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(FedshiftError, RuntimeError):
     """A checkpoint that is missing, corrupt or belongs to another run."""
 
 
-class RoundFailed(RuntimeError):
+class RoundFailed(FedshiftError, RuntimeError):
     """Too few clients replied for the failure policy."""
 
 
