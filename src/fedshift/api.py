@@ -16,7 +16,6 @@ lists the shipped ones.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from fedshift.algorithms import register_algorithm
 from fedshift.config import resolve, resolve_resume
 from fedshift.core.errors import CheckpointError, ConfigError
 from fedshift.core.runconfig import RunConfig
-from fedshift.core.runfiles import CONFIG, RunFiles
+from fedshift.core.runfiles import CONFIG, RunFiles, load_json_object
 from fedshift.data.custom import make_dataset, register_dataset
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import prepare
@@ -202,16 +201,6 @@ def sweep(
     return results
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} does not hold a JSON object")
-    return data
-
-
 def load_run(run_dir: str | Path) -> RunResult:
     """A run directory as a :class:`RunResult`; an unfinished run has an empty summary.
 
@@ -221,15 +210,6 @@ def load_run(run_dir: str | Path) -> RunResult:
     files = RunFiles(run_dir)
     if not files.config.is_file():
         raise CheckpointError(f"{run_dir} is not a fedshift run directory (no {CONFIG})")
-    config = _read_json(files.config)
-    summary = _read_json(files.summary) if files.summary.is_file() else {}
-    history = []
-    if files.metrics.is_file():
-        for line in files.metrics.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash; the runner rewrites it on resume
-            if isinstance(row, dict):
-                history.append(row)
-    return RunResult(summary=summary, history=history, run_dir=run_dir, config=config)
+    config = load_json_object(files.config)
+    summary = load_json_object(files.summary) if files.summary.is_file() else {}
+    return RunResult(summary=summary, history=files.history(), run_dir=run_dir, config=config)

@@ -66,6 +66,17 @@ def read_json_file(path: str | os.PathLike) -> dict[str, Any] | None:
     return data
 
 
+def load_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON object from ``path``; anything else is a CheckpointError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} does not hold a JSON object")
+    return data
+
+
 def read_summary(path: str | os.PathLike) -> dict[str, Any] | None:
     """A run's ``summary.json`` (the file or its run directory), or None with a warning
     when it is half-written or lacks the keys every summary has."""
@@ -138,6 +149,21 @@ class RunFiles:
     def metric_lines(self) -> list[str]:
         """The non-empty lines of ``metrics.jsonl`` (OSError when it is missing)."""
         return [line for line in self.metrics.read_text().splitlines() if line.strip()]
+
+    def history(self) -> list[dict[str, Any]]:
+        """The rows of ``metrics.jsonl`` (none when it is missing), skipping a line a crash
+        cut short (the runner rewrites it on resume)."""
+        if not self.metrics.is_file():
+            return []
+        rows = []
+        for line in self.metrics.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
 
     def saved_config(self) -> dict[str, Any]:
         """The config the run was started with: ``config.json``, else its checkpoint's."""
