@@ -10,7 +10,7 @@ import pytest
 from helpers import read_history
 
 import fedshift
-import fedshift.sweep.plan as sweep_plan
+import fedshift.sweep.planning as sweep_planning
 from fedshift.cli import main
 from fedshift.core.errors import ConfigError
 from fedshift.engine.run.runner import run_experiment
@@ -52,8 +52,8 @@ def test_grid_crosses_algorithms_targets_seeds_with_stable_readable_names(tmp_pa
 
 
 def test_devices_round_robin_and_threads_split_among_jobs(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweep_plan, "resolve_device", lambda name: name)
-    monkeypatch.setattr(sweep_plan.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(sweep_planning, "resolve_device", lambda name: name)
+    monkeypatch.setattr(sweep_planning.os, "cpu_count", lambda: 8)
     grid = parse_grid(["lr=0.01,0.02,0.03"])
     runs = plan(["fedavg"], ["optdigits"], [0], tmp_path, grid=grid, devices=["cuda:0", "cuda:1"])
     assert [r.cfg.device for r in runs] == ["cuda:0", "cuda:1", "cuda:0"]

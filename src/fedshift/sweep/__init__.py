@@ -18,7 +18,7 @@ from fedshift.core.errors import ConfigError, RunInterrupted, did_you_mean
 from fedshift.engine.run.rundir import unwritable_ancestor
 from fedshift.sweep.execute import RunOutcome, finished_summary
 from fedshift.sweep.launchers import LAUNCHERS
-from fedshift.sweep.plan import check_picklable, parse_grid, plan
+from fedshift.sweep.planning import check_picklable, parse_grid, plan
 from fedshift.sweep.progress import SweepProgress
 
 __all__ = ["SweepFailed", "SweepSummaries", "parse_grid", "plan", "sweep"]

@@ -15,7 +15,7 @@ from fedshift.engine.run.rundir import (
     refuse_foreign,
 )
 from fedshift.engine.run.runner import run_experiment
-from fedshift.sweep.plan import PlannedRun
+from fedshift.sweep.planning import PlannedRun
 
 
 @dataclasses.dataclass(frozen=True)

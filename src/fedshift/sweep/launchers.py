@@ -13,7 +13,7 @@ from typing import Any
 from fedshift.core.errors import ConfigError, RunInterrupted
 from fedshift.core.runfiles import RunFiles
 from fedshift.sweep.execute import RunOutcome, execute, one_line
-from fedshift.sweep.plan import PlannedRun
+from fedshift.sweep.planning import PlannedRun
 from fedshift.sweep.progress import SweepProgress
 
 

@@ -6,7 +6,7 @@ import math
 import sys
 
 from fedshift.sweep.execute import RunOutcome
-from fedshift.sweep.plan import PlannedRun
+from fedshift.sweep.planning import PlannedRun
 
 
 class SweepProgress:

@@ -1,4 +1,4 @@
-"""A sweep's plan: algorithms × targets × seeds × a hyperparameter grid, every run resolved
+"""Planning a sweep: algorithms × targets × seeds × a hyperparameter grid, every run resolved
 by :func:`fedshift.config.resolve` before the first one starts."""
 
 from __future__ import annotations
