@@ -33,7 +33,7 @@ from fedshift.core.state import (
 from fedshift.engine.assembly import prepare
 from fedshift.engine.run.runner import Runner
 from fedshift.report.aggregate import find_summaries
-from fedshift.sweep import sweep
+from fedshift.sweeps import sweep
 
 SMALL = ["--set", "client_data_fraction=0.05", "--set", "device=cpu", "--set", "threads=1"]
 

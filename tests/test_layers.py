@@ -1,5 +1,5 @@
 """The package's layers point one way: core <- presets, data, models, eval <- scenarios <-
-pretrain <- algorithms <- config <- engine <- sweep <- report <- cli. Every import statement
+pretrain <- algorithms <- config <- engine <- sweeps <- report <- cli. Every import statement
 counts, including imports inside functions, so a lazy import cannot hide a back-arrow or a cycle."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ RANKS = {
     "algorithms": 3,
     "config": 4,
     "engine": 5,
-    "sweep": 5.5,  # many runs of the engine
+    "sweeps": 5.5,  # many runs of the engine (not "sweep": fedshift.sweep() is the API)
     "report": 6,
     "cli": 7,
     "api": 7,  # the public Python API, beside the CLI

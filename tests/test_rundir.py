@@ -12,7 +12,7 @@ from fedshift.cli import main
 from fedshift.core.errors import ConfigError
 from fedshift.core.runfiles import LOCK_NAME, MARKER_NAME
 from fedshift.engine.run.rundir import RunDirectoryBusy, claim_run_dir, clear_run_dir
-from fedshift.sweep import sweep
+from fedshift.sweeps import sweep
 
 SMALL = ["client_data_fraction=0.05", "device=cpu"]
 

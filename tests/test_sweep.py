@@ -10,13 +10,13 @@ import pytest
 from helpers import read_history
 
 import fedshift
-import fedshift.sweep.planning as sweep_planning
+import fedshift.sweeps.planning as sweep_planning
 from fedshift.cli import main
 from fedshift.core.errors import ConfigError
 from fedshift.engine.run.runner import run_experiment
 from fedshift.report.aggregate import find_summaries
 from fedshift.report.selection import points_table, selection_markdown, selection_table
-from fedshift.sweep import parse_grid, plan, sweep
+from fedshift.sweeps import parse_grid, plan, sweep
 
 #: a run of a few seconds: a twentieth of each client's data, one thread, no loggers
 TINY = ["client_data_fraction=0.05", "device=cpu", "threads=1", "tracking=none"]

@@ -31,8 +31,8 @@ from fedshift.engine.assembly import prepare
 from fedshift.engine.run.runner import run_experiment
 from fedshift.models.registry import register_model
 from fedshift.presets import Preset, load_preset, preset_names
-from fedshift.sweep import SweepFailed
-from fedshift.sweep import sweep as run_sweep
+from fedshift.sweeps import SweepFailed
+from fedshift.sweeps import sweep as run_sweep
 
 __all__ = [
     "Preset",

@@ -12,9 +12,9 @@ from typing import Any
 
 from fedshift.core.errors import ConfigError, RunInterrupted
 from fedshift.core.runfiles import RunFiles
-from fedshift.sweep.execute import RunOutcome, execute, one_line
-from fedshift.sweep.planning import PlannedRun
-from fedshift.sweep.progress import SweepProgress
+from fedshift.sweeps.execute import RunOutcome, execute, one_line
+from fedshift.sweeps.planning import PlannedRun
+from fedshift.sweeps.progress import SweepProgress
 
 
 def _worker_setup() -> None:

@@ -16,10 +16,10 @@ from typing import Any
 
 from fedshift.core.errors import ConfigError, RunInterrupted, did_you_mean
 from fedshift.engine.run.rundir import unwritable_ancestor
-from fedshift.sweep.execute import RunOutcome, finished_summary
-from fedshift.sweep.launchers import LAUNCHERS
-from fedshift.sweep.planning import check_picklable, parse_grid, plan
-from fedshift.sweep.progress import SweepProgress
+from fedshift.sweeps.execute import RunOutcome, finished_summary
+from fedshift.sweeps.launchers import LAUNCHERS
+from fedshift.sweeps.planning import check_picklable, parse_grid, plan
+from fedshift.sweeps.progress import SweepProgress
 
 __all__ = ["SweepFailed", "SweepSummaries", "parse_grid", "plan", "sweep"]
 

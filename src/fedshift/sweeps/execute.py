@@ -15,7 +15,7 @@ from fedshift.engine.run.rundir import (
     refuse_foreign,
 )
 from fedshift.engine.run.runner import run_experiment
-from fedshift.sweep.planning import PlannedRun
+from fedshift.sweeps.planning import PlannedRun
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import sys
 
-from fedshift.sweep.execute import RunOutcome
-from fedshift.sweep.planning import PlannedRun
+from fedshift.sweeps.execute import RunOutcome
+from fedshift.sweeps.planning import PlannedRun
 
 
 class SweepProgress:
