@@ -23,7 +23,7 @@ import torch
 
 from fedshift.config import resolve
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 
 DEFAULT_ALGORITHMS = "fedavg,fedsr,fedga,ditto,fedadg,ccst,feddg-elcfs"
 

@@ -20,7 +20,7 @@ from typing import TypeVar
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import state_dict_cpu
+from fedshift.algorithms.toolkit import state_dict_cpu
 from fedshift.config import resolve
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.split import dense, to_input

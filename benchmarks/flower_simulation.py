@@ -30,7 +30,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
-from fedshift.algorithms._common import state_dict_cpu
+from fedshift.algorithms.toolkit import state_dict_cpu
 from fedshift.core.reduce import weighted_mean
 
 _CLIENT_DATA: dict[tuple, BareData] = {}

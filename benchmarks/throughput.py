@@ -40,11 +40,11 @@ import torch
 import torch.nn.functional as F
 from fedavg_bench import BareData, Setting, digits, experiment, timed
 
-from fedshift.algorithms._common import state_dict_cpu
+from fedshift.algorithms.toolkit import state_dict_cpu
 from fedshift.core.reduce import weighted_mean
 from fedshift.data import DomainDataset
 from fedshift.engine.assembly import Experiment
-from fedshift.engine.simulation import SimulationFederation
+from fedshift.engine.simulation.dispatch import SimulationFederation
 
 METHODS = ("sequential", "bare", "vectorized", "fused")
 #: (numerator, denominator) of the paired ratios, when both were measured.

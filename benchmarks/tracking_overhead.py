@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fedshift.config import resolve
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 
 
 def measure(name: str, args: argparse.Namespace, root: Path) -> dict[str, float]:

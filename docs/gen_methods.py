@@ -14,7 +14,7 @@ import mkdocs_gen_files
 
 from fedshift.algorithms import REGISTRY
 from fedshift.core.hparams import describe_hparams
-from fedshift.core.runconfig import PROTOCOLS
+from fedshift.scenarios import PROTOCOLS
 
 
 def _cell(value: object) -> str:

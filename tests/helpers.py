@@ -17,7 +17,7 @@ from fedshift.core.algorithm import RunInfo
 from fedshift.core.context import ClientContext, SplitView, TrainConfig
 from fedshift.data.domains import Split
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 from fedshift.models import build_model
 
 NAN = float("nan")

@@ -1,4 +1,4 @@
-"""Building blocks shared by several algorithms (``fedshift.algorithms._common``)."""
+"""Building blocks shared by several algorithms (``fedshift.algorithms.toolkit``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedshift.algorithms._common import proximal_penalty
+from fedshift.algorithms.toolkit import proximal_penalty
 
 
 def test_proximal_penalty_exact():

@@ -18,10 +18,10 @@ from fedshift.core.robust import Aggregator
 from fedshift.core.schema import echo
 from fedshift.core.split import dense
 from fedshift.engine.assembly import prepare
-from fedshift.engine.attacks import AttackPlan, alie_z, parse_attack_clients
 from fedshift.engine.federation import validate_reply
-from fedshift.engine.runner import Runner
-from fedshift.engine.simulation import SimulationFederation
+from fedshift.engine.run.runner import Runner
+from fedshift.engine.simulation.attacks import AttackPlan, alie_z, parse_attack_clients
+from fedshift.engine.simulation.dispatch import SimulationFederation
 
 MODEL_SHARES = {"model": Kind.MODEL}
 

@@ -31,9 +31,9 @@ from fedshift.core.state import (
     write_text_atomically,
 )
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
-from fedshift.engine.sweep import sweep
+from fedshift.engine.run.runner import Runner
 from fedshift.report.aggregate import find_summaries
+from fedshift.sweeps import sweep
 
 SMALL = ["--set", "client_data_fraction=0.05", "--set", "device=cpu", "--set", "threads=1"]
 

@@ -16,7 +16,7 @@ import pytest
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.cli import main
 from fedshift.core.errors import DatasetError, RoundFailed
-from fedshift.engine import runner as runner_module
+from fedshift.engine.run import runner as runner_module
 
 TINY = ["--rounds", "1", "--quiet", "--set", "client_data_fraction=0.05"]
 TINY += ["--set", "device=cpu", "--set", "threads=1"]

@@ -12,7 +12,7 @@ from fedshift.algorithms import REGISTRY
 from fedshift.config import resolve
 from fedshift.core.state import load_checkpoint
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 from fedshift.pretrain import pretrain
 
 ROUNDS = 3

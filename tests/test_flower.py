@@ -60,7 +60,7 @@ from fedshift.engine.flower.settings import (  # noqa: E402
     node_client_id,
     parse_run_config,
 )
-from fedshift.engine.runner import run_experiment  # noqa: E402
+from fedshift.engine.run.runner import run_experiment  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 APP_DIR = REPO / "deploy" / "flower"

@@ -21,7 +21,7 @@ from fedshift.algorithms import REGISTRY
 from fedshift.core.record import Record
 from fedshift.engine.assembly import prepare
 from fedshift.engine.federation import BaseFederation, federation_options
-from fedshift.engine.simulation import SimulationFederation
+from fedshift.engine.simulation.dispatch import SimulationFederation
 
 _RECORDED: dict[str, tuple] = {}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedshift.config import resolve
-from fedshift.engine.runner import run_experiment
+from fedshift.engine.run.runner import run_experiment
 
 
 @pytest.mark.slow

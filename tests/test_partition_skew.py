@@ -12,7 +12,7 @@ from fedshift.core.errors import ConfigError
 from fedshift.data import registry
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.partition import partition_domains
-from fedshift.engine.protocols import build_scenario
+from fedshift.scenarios import build_scenario
 
 CLASSES = 6
 

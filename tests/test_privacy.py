@@ -135,7 +135,7 @@ def _run(tmp_path, name, dataset, algorithm="fedavg", **overrides):
     from test_contract import make_cfg
 
     from fedshift.engine.assembly import prepare
-    from fedshift.engine.runner import Runner
+    from fedshift.engine.run.runner import Runner
 
     exp = prepare(make_cfg(algorithm, rounds=2, **overrides), dataset=dataset)
     runner = Runner(exp, tmp_path / name, progress=False)

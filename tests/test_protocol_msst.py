@@ -12,9 +12,9 @@ from fedshift.core.context import LabelAccessError
 from fedshift.core.errors import ConfigError
 from fedshift.core.split import dense
 from fedshift.engine.assembly import prepare
-from fedshift.engine.protocol_msst import NO_LABEL
-from fedshift.engine.runner import Runner
-from fedshift.engine.scenario import pool_clients
+from fedshift.engine.run.runner import Runner
+from fedshift.scenarios.msst import NO_LABEL
+from fedshift.scenarios.scenario import pool_clients
 
 
 def test_msst_clients_and_label_safety(tiny_digits):

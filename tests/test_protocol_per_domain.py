@@ -11,8 +11,8 @@ from fedshift.config import resolve
 from fedshift.core.errors import ConfigError
 from fedshift.core.split import dense
 from fedshift.engine.assembly import prepare
-from fedshift.engine.protocols import build_scenario
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
+from fedshift.scenarios import build_scenario
 
 
 def test_per_domain_clients_and_targets(digits):

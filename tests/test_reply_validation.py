@@ -23,9 +23,9 @@ from fedshift.core.schema import (
 )
 from fedshift.core.state import load_checkpoint
 from fedshift.engine.assembly import prepare
-from fedshift.engine.faults import CORRUPTIONS, parse_faults
 from fedshift.engine.federation import validate_reply
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
+from fedshift.engine.simulation.faults import CORRUPTIONS, parse_faults
 
 SHARES = {"model": Kind.MODEL, "prototype": Kind.PROTOTYPE}
 SENT = Record(arrays={"model.w": torch.zeros(2, 3), "model.n": torch.tensor(0)})
@@ -142,6 +142,8 @@ def test_fault_specs_parse_and_refuse_bad_entries():
     for bad in ("boom@1:1", "nan@1", "nan", "nan@x:1"):
         with pytest.raises(ConfigError, match="faults entry"):
             parse_faults(bad)
+    with pytest.raises(ConfigError, match="'shape' is now called 'wrong-shape'"):
+        parse_faults("shape@1:1")
 
 
 # -- fault injection through real runs --------------------------------------------------------

@@ -10,14 +10,9 @@ import pytest
 
 from fedshift.cli import main
 from fedshift.core.errors import ConfigError
-from fedshift.engine.rundir import (
-    LOCK_NAME,
-    MARKER_NAME,
-    RunDirectoryBusy,
-    claim_run_dir,
-    clear_run_dir,
-)
-from fedshift.engine.sweep import sweep
+from fedshift.core.runfiles import LOCK_NAME, MARKER_NAME
+from fedshift.engine.run.rundir import RunDirectoryBusy, claim_run_dir, clear_run_dir
+from fedshift.sweeps import sweep
 
 SMALL = ["client_data_fraction=0.05", "device=cpu"]
 
@@ -144,7 +139,7 @@ def test_a_sweep_never_clears_a_foreign_folder_in_its_plan(in_tmp, capsys):
 def test_run_experiment_as_the_flower_serverapp_calls_it_refuses_a_foreign_out_dir(in_tmp):
     """The ServerApp's ``out-dir`` goes through the same run_experiment as the CLI."""
     from fedshift.config import resolve
-    from fedshift.engine.runner import run_experiment
+    from fedshift.engine.run.runner import run_experiment
 
     before = foreign_project(in_tmp / "project")
     cfg = resolve(None, {"rounds": 1}, SMALL)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedshift.engine.selection import score_selection
+from fedshift.engine.run.selection import score_selection
 
 
 def test_score_selection_picks_the_lowest_first():

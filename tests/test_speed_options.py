@@ -7,13 +7,13 @@ import pytest
 import torch
 from helpers import cfg, read_history
 
-from fedshift.algorithms._common import model_from_record, state_dict_cpu
+from fedshift.algorithms.toolkit import model_from_record, state_dict_cpu
 from fedshift.core.errors import ConfigError
 from fedshift.core.record import Record
 from fedshift.core.state import load_checkpoint
 from fedshift.engine.assembly import prepare
-from fedshift.engine.evaluation import personal_eval_every
-from fedshift.engine.runner import Runner, check_resume_config
+from fedshift.engine.run.evaluation import personal_eval_every
+from fedshift.engine.run.runner import Runner, check_resume_config
 
 
 def run(tmp_path, name, dataset, algorithm, **kw):

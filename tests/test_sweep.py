@@ -10,13 +10,13 @@ import pytest
 from helpers import read_history
 
 import fedshift
+import fedshift.sweeps.planning as sweep_planning
 from fedshift.cli import main
 from fedshift.core.errors import ConfigError
-from fedshift.engine import sweep as sweep_module
-from fedshift.engine.runner import run_experiment
-from fedshift.engine.sweep import parse_grid, plan, sweep
+from fedshift.engine.run.runner import run_experiment
 from fedshift.report.aggregate import find_summaries
 from fedshift.report.selection import points_table, selection_markdown, selection_table
+from fedshift.sweeps import parse_grid, plan, sweep
 
 #: a run of a few seconds: a twentieth of each client's data, one thread, no loggers
 TINY = ["client_data_fraction=0.05", "device=cpu", "threads=1", "tracking=none"]
@@ -52,8 +52,8 @@ def test_grid_crosses_algorithms_targets_seeds_with_stable_readable_names(tmp_pa
 
 
 def test_devices_round_robin_and_threads_split_among_jobs(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweep_module, "resolve_device", lambda name: name)
-    monkeypatch.setattr(sweep_module.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(sweep_planning, "resolve_device", lambda name: name)
+    monkeypatch.setattr(sweep_planning.os, "cpu_count", lambda: 8)
     grid = parse_grid(["lr=0.01,0.02,0.03"])
     runs = plan(["fedavg"], ["optdigits"], [0], tmp_path, grid=grid, devices=["cuda:0", "cuda:1"])
     assert [r.cfg.device for r in runs] == ["cuda:0", "cuda:1", "cuda:0"]

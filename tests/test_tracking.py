@@ -14,9 +14,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from fedshift.cli import main
 from fedshift.config import resolve, resolve_resume
 from fedshift.core.errors import ConfigError
-from fedshift.engine import tracking
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run import tracking
+from fedshift.engine.run.runner import Runner
 
 OPTIONAL = [name for name in ("wandb", "mlflow") if importlib.util.find_spec(name)]
 
@@ -233,10 +233,10 @@ def test_a_failing_logger_is_warned_about_once_and_the_run_goes_on(
         raise OSError("No space left on device")
 
     monkeypatch.setattr(tracking.TensorBoardLogger, "log_round", broken)
-    with caplog.at_level(logging.WARNING, logger="fedshift.engine.tracking"):
+    with caplog.at_level(logging.WARNING, logger="fedshift.engine.run.tracking"):
         summary = run(tmp_path / "run", micro_digits, rounds=2)
     assert summary["rounds"] == 2 and len(metric_lines(tmp_path / "run")) == 2
-    warnings = [r.getMessage() for r in caplog.records if r.name == "fedshift.engine.tracking"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "fedshift.engine.run.tracking"]
     assert warnings == [
         "tracking: tensorboard failed to log a round (OSError: No space left on device); "
         "it logs nothing more for this run"

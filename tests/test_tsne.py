@@ -26,7 +26,7 @@ def test_tsne_with_target_adds_the_held_out_domain_embedded_by_the_global_model(
     from fedshift.config import resolve
     from fedshift.core.errors import ConfigError
     from fedshift.engine import assembly
-    from fedshift.engine.runner import Runner
+    from fedshift.engine.run.runner import Runner
     from fedshift.report import tsne
 
     cfg = resolve(None, {"target": "optdigits"}, ["rounds=1", "device=cpu", "tracking=none"])

@@ -9,8 +9,8 @@ import torch
 from fedshift.config import resolve
 from fedshift.core.record import Record
 from fedshift.engine.assembly import prepare
-from fedshift.engine.simulation import SimulationFederation
-from fedshift.engine.vectorized import run_vectorized, vectorize_enabled
+from fedshift.engine.simulation.dispatch import SimulationFederation
+from fedshift.engine.simulation.vectorized import run_vectorized, vectorize_enabled
 
 TOLERANCE = 1e-5
 

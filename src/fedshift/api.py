@@ -16,7 +16,6 @@ lists the shipped ones.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,14 +24,15 @@ from fedshift.algorithms import register_algorithm
 from fedshift.config import resolve, resolve_resume
 from fedshift.core.errors import CheckpointError, ConfigError
 from fedshift.core.runconfig import RunConfig
+from fedshift.core.runfiles import CONFIG, RunFiles, load_json_object
 from fedshift.data.custom import make_dataset, register_dataset
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import run_experiment
-from fedshift.engine.sweep import SweepFailed
-from fedshift.engine.sweep import sweep as run_sweep
+from fedshift.engine.run.runner import run_experiment
 from fedshift.models.registry import register_model
 from fedshift.presets import Preset, load_preset, preset_names
+from fedshift.sweeps import SweepFailed
+from fedshift.sweeps import sweep as run_sweep
 
 __all__ = [
     "Preset",
@@ -201,34 +201,15 @@ def sweep(
     return results
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} does not hold a JSON object")
-    return data
-
-
 def load_run(run_dir: str | Path) -> RunResult:
     """A run directory as a :class:`RunResult`; an unfinished run has an empty summary.
 
     Raises CheckpointError when ``run_dir`` holds no fedshift run (no ``config.json``).
     """
     run_dir = Path(run_dir)
-    if not (run_dir / "config.json").is_file():
-        raise CheckpointError(f"{run_dir} is not a fedshift run directory (no config.json)")
-    config = _read_json(run_dir / "config.json")
-    summary = _read_json(run_dir / "summary.json") if (run_dir / "summary.json").is_file() else {}
-    history = []
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.is_file():
-        for line in metrics.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash; the runner rewrites it on resume
-            if isinstance(row, dict):
-                history.append(row)
-    return RunResult(summary=summary, history=history, run_dir=run_dir, config=config)
+    files = RunFiles(run_dir)
+    if not files.config.is_file():
+        raise CheckpointError(f"{run_dir} is not a fedshift run directory (no {CONFIG})")
+    config = load_json_object(files.config)
+    summary = load_json_object(files.summary) if files.summary.is_file() else {}
+    return RunResult(summary=summary, history=files.history(), run_dir=run_dir, config=config)

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import logging
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from fedshift.algorithms import REGISTRY, get_algorithm
-from fedshift.core.errors import CheckpointError, ConfigError, did_you_mean
+from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
 from fedshift.core.runconfig import (
-    ALL_DOMAIN_PROTOCOLS,
     KEY_ALIASES,
     RENAMED_KEYS,
     RUN_KEYS,
@@ -29,10 +27,11 @@ from fedshift.core.runconfig import (
     coerce,
     field_type,
 )
-from fedshift.core.state import has_checkpoint, load_checkpoint
+from fedshift.core.runfiles import RunFiles
 from fedshift.data.catalog import CATALOG, check_dataset
 from fedshift.models.registry import SEGMENTATION_MODELS
 from fedshift.presets import Preset, load_preset
+from fedshift.scenarios import PROTOCOLS, get_protocol
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +118,7 @@ def parse_set(items: list[str]) -> dict[str, str]:
 def validate(cfg: RunConfig) -> None:
     """Checks that need no data: the algorithm, its protocols and problems, choices, ranges."""
     get_algorithm(cfg.algorithm)  # built-in, registered or plug-in; ConfigError if none
+    get_protocol(cfg.protocol)
     check_run_values(cfg)
     algorithm = REGISTRY[cfg.algorithm]
     supported = algorithm.protocols
@@ -221,10 +221,9 @@ def _resolve_settings(settings: dict[str, Any]) -> RunConfig:
     cfg = RunConfig()
     run_settings = {renamed(k): v for k, v in settings.items() if not k.startswith("algo.")}
     apply_settings(cfg, run_settings)
-    if cfg.protocol in ALL_DOMAIN_PROTOCOLS and "target" not in run_settings:
-        cfg.target = "all"
-    if cfg.protocol == "personalized" and "target" not in run_settings:
-        cfg.target = "clients"
+    protocol = PROTOCOLS.get(cfg.protocol)  # an unknown name fails in validate()
+    if protocol and protocol.default_target is not None and "target" not in run_settings:
+        cfg.target = protocol.default_target
     if "model" not in run_settings and cfg.algorithm in REGISTRY:
         cfg.model = REGISTRY[cfg.algorithm].default_model or cfg.model
     validate(cfg)
@@ -240,16 +239,7 @@ RESUME_MAY_CHANGE = ("device", "threads", "rounds", "tracking")
 
 def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
     """The config a run directory was started with: its ``config.json``, else its checkpoint's."""
-    run_dir = Path(run_dir)
-    try:
-        saved = json.loads((run_dir / "config.json").read_text())
-        if isinstance(saved, dict):
-            return saved
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        pass
-    if not has_checkpoint(run_dir):
-        raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")
-    return dict(load_checkpoint(run_dir / "checkpoint.pt")["config"])
+    return RunFiles(run_dir).saved_config()
 
 
 def resolve_resume(

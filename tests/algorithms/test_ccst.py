@@ -15,7 +15,7 @@ from fedshift.config import resolve
 from fedshift.core.errors import ConfigError
 from fedshift.core.record import Record
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 from fedshift.models.adain import (
     ADAIN_EPS,
     adain,

@@ -28,7 +28,7 @@ from fedshift.core.federation import Federation
 from fedshift.core.record import Record
 from fedshift.core.state import ServerState
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 from fedshift.models import build_model
 from fedshift.models.base import FedModel
 

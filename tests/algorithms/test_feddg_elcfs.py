@@ -16,7 +16,7 @@ from fedshift.algorithms.feddg_elcfs import (
     region_embeddings,
 )
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 from fedshift.eval.segmentation import boundary_regions
 
 # -- amplitude spectrum ------------------------------------------------------------------

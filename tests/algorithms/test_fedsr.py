@@ -12,7 +12,7 @@ from helpers import close
 from fedshift.algorithms.fedsr import FedSR, cmi_penalty, gaussian_kl, l2r_penalty
 from fedshift.config import resolve
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 
 
 def test_fedsr_l2r_exact():

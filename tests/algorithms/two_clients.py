@@ -15,7 +15,7 @@ from fedshift.core.algorithm import Algorithm, RunInfo
 from fedshift.core.context import ClientContext, SplitView, TrainConfig
 from fedshift.core.state import ServerState
 from fedshift.data.domains import Split
-from fedshift.engine.simulation import SimulationFederation
+from fedshift.engine.simulation.dispatch import SimulationFederation
 
 #: each client's images (uint8, 1x1x2: two pixels) and labels; 4 and 2 samples
 CLIENT_DATA = {

@@ -19,7 +19,7 @@ from fedshift.data.augment import (
 )
 from fedshift.data.domains import Domain, DomainDataset, Split
 from fedshift.engine.assembly import prepare
-from fedshift.engine.runner import Runner
+from fedshift.engine.run.runner import Runner
 
 SIZE = 224
 DRAWS = 2000

@@ -9,18 +9,17 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.fedavg import FedAvg
+from fedshift.algorithms.toolkit import (
     average_replies,
     fit,
-    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
     weighted_metric,
     with_penalty,
 )
-from fedshift.algorithms.fedavg import FedAvg
-from fedshift.core.algorithm import RunInfo, client_task
+from fedshift.core.algorithm import RunInfo, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError, RoundFailed
 from fedshift.core.federation import Federation

@@ -8,9 +8,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     averaging_round,
-    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
@@ -18,7 +17,7 @@ from fedshift.algorithms._common import (
     proximal_penalty,
     state_dict_cpu,
 )
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, hp

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import fit, local_metrics, state_dict_cpu, weighted_metric
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.algorithms.toolkit import fit, state_dict_cpu, weighted_metric
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation

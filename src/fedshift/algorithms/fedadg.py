@@ -10,8 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import (
-    local_metrics,
+from fedshift.algorithms.toolkit import (
     make_optimizer,
     model_from_record,
     model_record,
@@ -19,7 +18,7 @@ from fedshift.algorithms._common import (
     state_dict_cpu,
     weighted_metric,
 )
-from fedshift.core.algorithm import Algorithm, RunInfo, client_task
+from fedshift.core.algorithm import Algorithm, RunInfo, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, hp

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from fedshift.algorithms._common import (
-    SupervisedPlan,
+from fedshift.algorithms.toolkit import (
     averaging_round,
     model_from_record,
     model_record,
@@ -11,7 +10,7 @@ from fedshift.algorithms._common import (
     train_segmentation,
     train_supervised,
 )
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.algorithm import Algorithm, SupervisedPlan, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import NoHparams

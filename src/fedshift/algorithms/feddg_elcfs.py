@@ -8,15 +8,14 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     averaging_round,
     fit,
-    local_metrics,
     make_optimizer,
     model_from_record,
     model_record,
 )
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation

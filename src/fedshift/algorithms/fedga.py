@@ -8,14 +8,14 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.fedavg import FedAvg
+from fedshift.algorithms.toolkit import (
     model_from_record,
     model_record,
     proximal_penalty,
     train_supervised,
     weighted_metric,
 )
-from fedshift.algorithms.fedavg import FedAvg
 from fedshift.core.algorithm import client_task
 from fedshift.core.context import ClientContext, SplitView
 from fedshift.core.federation import Federation

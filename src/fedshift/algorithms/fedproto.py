@@ -9,13 +9,6 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
-    fit,
-    local_metrics,
-    make_optimizer,
-    state_dict_cpu,
-    weighted_metric,
-)
 from fedshift.algorithms._prototypes import (
     PrototypeModel,
     aggregate_prototypes,
@@ -26,7 +19,8 @@ from fedshift.algorithms._prototypes import (
     prototypes_from_arrays,
     stack_prototypes,
 )
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.algorithms.toolkit import fit, make_optimizer, state_dict_cpu, weighted_metric
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, hp

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedshift.algorithms._common import SupervisedPlan, proximal_penalty, reply_with_model
 from fedshift.algorithms.fedavg import FedAvg
+from fedshift.algorithms.toolkit import proximal_penalty, reply_with_model
+from fedshift.core.algorithm import SupervisedPlan
 from fedshift.core.context import ClientContext
 from fedshift.core.hparams import BaseHparams, hp
 from fedshift.core.record import Record

@@ -10,15 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     average_replies,
     fit,
-    local_metrics,
     make_optimizer,
     state_dict_cpu,
     weighted_metric,
 )
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, hp

@@ -11,15 +11,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedshift.algorithms._common import (
-    average_replies,
-    fit,
-    local_metrics,
-    make_optimizer,
-    model_from_record,
-    model_record,
-    weighted_metric,
-)
 from fedshift.algorithms._prototypes import (
     accumulate_class_sums,
     class_means,
@@ -28,7 +19,15 @@ from fedshift.algorithms._prototypes import (
     prototypes_from_arrays,
     stack_prototypes,
 )
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.algorithms.toolkit import (
+    average_replies,
+    fit,
+    make_optimizer,
+    model_from_record,
+    model_record,
+    weighted_metric,
+)
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, hp

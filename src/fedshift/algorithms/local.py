@@ -6,13 +6,8 @@ from typing import Any
 
 import torch
 
-from fedshift.algorithms._common import (
-    SupervisedPlan,
-    state_dict_cpu,
-    train_supervised,
-    weighted_metric,
-)
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.algorithms.toolkit import state_dict_cpu, train_supervised, weighted_metric
+from fedshift.core.algorithm import Algorithm, SupervisedPlan, client_task
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import NoHparams

@@ -9,14 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import (
-    averaging_round,
-    fit,
-    local_metrics,
-    make_optimizer,
-    state_dict_cpu,
-)
-from fedshift.core.algorithm import Algorithm, client_task
+from fedshift.algorithms.toolkit import averaging_round, fit, make_optimizer, state_dict_cpu
+from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
 from fedshift.core.hparams import BaseHparams, hp

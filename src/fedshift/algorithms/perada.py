@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedshift.algorithms._common import (
+from fedshift.algorithms.toolkit import (
     optimizer_step,
     proximal_penalty,
     train_supervised,

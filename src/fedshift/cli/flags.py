@@ -10,7 +10,8 @@ import argparse
 from dataclasses import dataclass
 
 from fedshift.cli.datasets import dataset_help
-from fedshift.core.runconfig import DEVICES, PARTITIONS, PROTOCOLS, RunConfig
+from fedshift.core.runconfig import DEVICES, PARTITIONS, RunConfig
+from fedshift.scenarios import PROTOCOLS
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,8 @@ def csv(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from fedshift.config import resolve, resolve_resume
-    from fedshift.engine.rundir import check_run_dir
-    from fedshift.engine.runner import run_experiment
+    from fedshift.engine.run.rundir import check_run_dir
+    from fedshift.engine.run.runner import run_experiment
     from fedshift.report.table import format_summary
 
     if args.sources is not None and not csv(args.sources):

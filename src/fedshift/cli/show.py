@@ -10,7 +10,8 @@ import inspect
 
 from fedshift.cli.errors import Command
 from fedshift.cli.tables import print_table
-from fedshift.core.runconfig import PROTOCOLS, RunConfig
+from fedshift.core.runconfig import RunConfig
+from fedshift.scenarios import PROTOCOLS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

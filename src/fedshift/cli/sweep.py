@@ -48,9 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedshift.engine.sweep import sweep
     from fedshift.report.aggregate import markdown, table
     from fedshift.report.selection import has_grid, selection_markdown
+    from fedshift.sweeps import sweep
 
     try:
         seeds = [int(s) for s in csv(args.seeds)]

@@ -30,6 +30,30 @@ def client_task(name: str) -> Callable[[TaskFn], TaskFn]:
     return mark
 
 
+def local_metrics(ctx: ClientContext, seen: int, **sums: float) -> dict[str, float]:
+    """A client reply's metrics: each of ``sums`` (a per-sample-weighted sum) as its mean over
+    the ``seen`` samples, the split size ``num-examples`` (the aggregation weight) and
+    ``samples`` (what was processed, for throughput)."""
+    means = {key: value / max(seen, 1) for key, value in sums.items()}
+    return {**means, "num-examples": len(ctx.train), "samples": seen}
+
+
+@dataclasses.dataclass
+class SupervisedPlan:
+    """One client's share of a vectorized ``train`` call (see
+    :mod:`fedshift.engine.simulation.vectorized`): cross-entropy SGD for ``epochs`` epochs on the
+    client's labeled training split, exactly as :func:`train_supervised` does it, from the
+    weights ``start`` (a full state dict), with ``mu``/2·‖w − ``start``‖² added over the
+    trainable parameters when ``mu`` > 0 (FedProx). ``finish(weights, metrics)`` turns the
+    trained state dict and the reply metrics of :func:`local_metrics` into the reply.
+    """
+
+    start: dict[str, torch.Tensor]
+    finish: Callable[[dict[str, torch.Tensor], dict[str, float]], Record]
+    mu: float = 0.0
+    epochs: int | None = None
+
+
 @dataclasses.dataclass
 class RunInfo:
     """What an algorithm knows about the run it is part of (never client data)."""

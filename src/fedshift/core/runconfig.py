@@ -33,7 +33,8 @@ Optimizer = Literal["sgd", "adam"]
 OPTIMIZERS: tuple[str, ...] = typing.get_args(Optimizer)
 FailurePolicy = Literal["strict", "dynamic", "resilient"]
 FAILURE_POLICIES: tuple[str, ...] = typing.get_args(FailurePolicy)
-#: clients of a call run together (:mod:`fedshift.engine.vectorized`): auto is on with CUDA
+#: clients of a call run together (:mod:`fedshift.engine.simulation.vectorized`); auto: on
+#: with CUDA
 Vectorize = Literal["auto", "off", "on"]
 VECTORIZE: tuple[str, ...] = typing.get_args(Vectorize)
 Augment = Literal["auto", "none", "domainbed", "cifar"]
@@ -56,19 +57,9 @@ TRACKERS: dict[str, str] = {
     "wandb": "wandb",
     "mlflow": "mlflow",
 }
-#: simulated attacks (``RunConfig.attack``), implemented in :mod:`fedshift.engine.attacks`
+#: simulated attacks (``RunConfig.attack``), in :mod:`fedshift.engine.simulation.attacks`
 Attack = Literal["sign-flip", "alie", "ipm", "label-flip", "proto-poison"]
 ATTACKS: tuple[str, ...] = typing.get_args(Attack)
-#: protocol name -> what it evaluates; :mod:`fedshift.engine.scenario` builds each one
-PROTOCOLS: dict[str, str] = {
-    "lodo": "leave-one-domain-out: target domain unseen in training, tested every round",
-    "personalized": "every domain trains; each client is tested on its own classes; "
-    "target: clients",
-    "msst": "multi-source single-target: sources labeled, target client unlabeled",
-    "per-domain": "every domain trains and is tested (FPL); target: all",
-}
-#: protocols that test every domain; their target defaults to "all"
-ALL_DOMAIN_PROTOCOLS = ("per-domain",)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
 RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
 #: other names a run key answers to, silently: the papers' symbol (``lambda``) -> the key
@@ -83,7 +74,7 @@ class RunConfig:
     dataset: str = "digits-dg"
     target: str = "mnistm"  # held-out domain (leave-one-domain-out)
     sources: str = ""  # comma-separated source domains; empty: every domain but the target
-    protocol: str = "lodo"
+    protocol: str = "lodo"  # one of fedshift.scenarios.PROTOCOLS (checked in fedshift.config)
     problem: Problem = "classification"  # or "segmentation": per-pixel masks, Dice (model unet)
     rounds: int = 30
     local_epochs: int = 1
@@ -142,9 +133,9 @@ class RunConfig:
     # a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off
     max_reply_value: float = 1e6
     # inject client faults in the simulation engine, e.g. "raise@2:1,nan@3:*" (see
-    # fedshift.engine.faults): KIND@ROUND:CLIENT, '*' for any round or client
+    # fedshift.engine.simulation.faults): KIND@ROUND:CLIENT, '*' for any round or client
     faults: str = ""
-    # experiment loggers beside metrics.jsonl (fedshift.engine.tracking): a comma list of
+    # experiment loggers beside metrics.jsonl (fedshift.engine.run.tracking): a comma list of
     # tensorboard, wandb, mlflow; or none. It may change on --resume
     tracking: str = "tensorboard"
     # client-level differential privacy (docs/privacy.md): clip norm C of a client's model
@@ -159,7 +150,7 @@ class RunConfig:
     aggregator: str = "mean"
     aggregator_f: int = 1  # Byzantine clients krum, multi-krum and bulyan must withstand
     trim_beta: float = 0.1  # trimmed-mean: share dropped at each end of every coordinate
-    # simulate malicious clients (simulation engine, fedshift.engine.attacks): sign-flip,
+    # simulate malicious clients (simulation engine, fedshift.engine.simulation.attacks): sign-flip,
     # alie, ipm, label-flip, proto-poison; attack_clients: a count N (the N first source
     # clients) or ids:I,J; attack_strength: the attack's scale (0: its default)
     attack: str = ""
@@ -264,7 +255,6 @@ def tracking_loggers(text: str) -> list[str]:
 
 def check_run_values(cfg: RunConfig) -> None:
     """The checks of a run config that need no registry: choices and ranges."""
-    check_choice("protocol", cfg.protocol, PROTOCOLS)
     check_choice("problem", cfg.problem, PROBLEMS)
     check_choice("partition", cfg.partition, PARTITIONS)
     check_choice_device(cfg.device)

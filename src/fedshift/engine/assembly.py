@@ -33,12 +33,12 @@ from fedshift.data.augment import (
 )
 from fedshift.data.catalog.elcfs import SETS as SEGMENTATION_SETS
 from fedshift.data.domains import DomainDataset
-from fedshift.engine.protocols import build_scenario
-from fedshift.engine.scenario import Scenario, server_images
 from fedshift.eval.segmentation import check_masks
 from fedshift.models import build_model
 from fedshift.models.registry import parse_variants, variant_of_client
 from fedshift.models.weights import weights_file
+from fedshift.scenarios import build_scenario
+from fedshift.scenarios.scenario import Scenario, server_images
 
 
 def resolve_device(name: str) -> torch.device:

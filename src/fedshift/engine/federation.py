@@ -1,7 +1,7 @@
 """The federation base every engine shares: sampling, reply validation, the failure policy
-and byte counting. Engines (:mod:`~fedshift.engine.simulation`, :mod:`~fedshift.engine.flower`)
-are sibling subclasses that only dispatch a call to their clients and score personal models
-where the client states live.
+and byte counting. Engines (:mod:`~fedshift.engine.simulation.dispatch`,
+:mod:`~fedshift.engine.flower`) are sibling subclasses that only dispatch a call to their
+clients and score personal models where the client states live.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from fedshift.core.record import Kind, Record, share_key
 from fedshift.core.schema import ReplySchema, lookup, schema_problem
 from fedshift.core.seeding import derive_seed, numpy_generator, seed_torch
 from fedshift.engine.assembly import Experiment
-from fedshift.engine.evaluation import ClientScores
+from fedshift.engine.run.evaluation import ClientScores
 
 log = logging.getLogger(__name__)
 

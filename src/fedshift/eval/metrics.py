@@ -1,4 +1,4 @@
-"""Classification accuracy of a model on a split (model selection is in engine.selection)."""
+"""Classification accuracy of a model on a split (model selection is in engine.run.selection)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fedshift.engine.rundir import read_summary
+from fedshift.core.runfiles import read_summary, summary_files
 
 
 def find_summaries(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -21,8 +21,7 @@ def find_summaries(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
         root = Path(root)
         if not root.exists():
             raise FileNotFoundError(f"{root} does not exist")
-        files = [root] if root.is_file() else sorted(root.rglob("summary.json"))
-        for file in files:
+        for file in summary_files(root):
             summary = read_summary(file)  # None (with a warning) when half-written
             if summary is None:
                 continue

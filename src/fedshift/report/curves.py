@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fedshift.core.errors import ConfigError, did_you_mean
-from fedshift.engine.tracking import flatten
+from fedshift.core.runfiles import CONFIG, METRICS, SUMMARY_KEYS, RunFiles, run_dirs_with_metrics
+from fedshift.engine.run.tracking import flatten
 from fedshift.report.aggregate import is_fraction
 
 #: config keys that never split runs into groups: the seed is what the band is over, the
@@ -53,9 +54,9 @@ def find_run_dirs(paths: list[str | Path]) -> list[Path]:
     for root in map(Path, paths):
         if not root.is_dir():
             raise ConfigError(f"{root} is not a folder (give run directories or their parents)")
-        dirs = [f.parent for f in sorted(root.rglob("metrics.jsonl"))]
+        dirs = run_dirs_with_metrics(root)
         if not dirs:
-            raise ConfigError(f"no run directory (metrics.jsonl) in {root}")
+            raise ConfigError(f"no run directory ({METRICS}) in {root}")
         found += [d for d in dirs if d not in found]
     return found
 
@@ -64,21 +65,22 @@ def read_run(run_dir: Path) -> RunCurves:
     """A run's flattened config (``config.json``, else the algorithm, target and seed its
     ``summary.json`` names) and metrics lines; a broken file is a one-line error."""
     try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-        config_file = run_dir / "config.json"
-        if not config_file.exists() and (run_dir / "summary.json").exists():
-            config_file = run_dir / "summary.json"
+        files = RunFiles(run_dir)
+        lines = files.metric_lines()
+        config_file = files.config
+        if not config_file.exists() and files.summary.exists():
+            config_file = files.summary
         config = json.loads(config_file.read_text())
-        if config_file.name == "summary.json" and isinstance(config, dict):
-            config = {k: config.get(k) for k in ("algorithm", "target", "seed")}
-        rounds = [flatten(json.loads(line)) for line in lines if line.strip()]
+        if config_file == files.summary and isinstance(config, dict):
+            config = {k: config.get(k) for k in SUMMARY_KEYS}
+        rounds = [flatten(json.loads(line)) for line in lines]
     except FileNotFoundError as exc:
-        missing = Path(exc.filename or "config.json").name
+        missing = Path(exc.filename or CONFIG).name
         raise ConfigError(f"{run_dir} is not a run directory (no {missing})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read the run in {run_dir}: {exc}") from None
     if not isinstance(config, dict):
-        raise ConfigError(f"{run_dir / 'config.json'} is not a fedshift run config")
+        raise ConfigError(f"{RunFiles(run_dir).config} is not a fedshift run config")
     return RunCurves(run_dir, flatten(config), rounds)
 
 

@@ -22,6 +22,7 @@ import torch
 
 from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
+from fedshift.core.runfiles import CONFIG, RunFiles
 from fedshift.core.seeding import torch_generator
 from fedshift.core.split import to_input
 from fedshift.core.state import ServerState, load_checkpoint
@@ -49,16 +50,15 @@ class Embedding:
 def load_run(run_dir: str | Path, cache_dir: str | None = None):
     """The experiment of a run directory with its checkpointed server and client states."""
 
-    run_dir = Path(run_dir)
-    config_path = run_dir / "config.json"
-    if not config_path.is_file():
-        raise ConfigError(f"{run_dir} is not a run directory (no config.json)")
-    saved = json.loads(config_path.read_text())
+    files = RunFiles(run_dir)
+    if not files.config.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG})")
+    saved = json.loads(files.config.read_text())
     names = {f.name for f in dataclasses.fields(RunConfig)}
     saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     cfg = RunConfig(**{k: v for k, v in saved.items() if k in names})
     exp = prepare(cfg, cache_dir=cache_dir)
-    ckpt = load_checkpoint(run_dir / "checkpoint.pt")
+    ckpt = load_checkpoint(files.checkpoint)
     for cid, ctx in exp.contexts.items():
         ctx.state = dict(ckpt["clients"].get(str(cid), {}))
     return exp, ServerState.from_dict(ckpt["server"]), int(ckpt["round"])

@@ -9,7 +9,8 @@ Point a test App's ``clientapp`` component at
 ``fedshift.engine.flower.faults:app`` to check that a deployment's ServerApp survives a
 hostile node: every fault in :data:`FAULTS` must end as a failed client (or a refused
 node), never as a crash or a changed model. The tampered replies are real Flower
-messages, serialized over the wire.
+messages, serialized over the wire. A fault the simulation engine also injects has the same
+name there (:mod:`fedshift.engine.fault_names`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from flwr.app import Array, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedshift.engine import fault_names as names
 from fedshift.engine.flower.clientapp import handle
 from fedshift.engine.flower.messages import CONTROL, IDENTIFY, IDENTITY
 
@@ -76,16 +78,16 @@ def _nan(values: np.ndarray) -> np.ndarray:
 REPLY_FAULTS: dict[str, Callable[[RecordDict], None]] = {
     "num-examples-missing": lambda c: _drop_metric(c, "num-examples"),
     "num-examples-negative": lambda c: _set_metric(c, "num-examples", -5),
-    "num-examples-string": lambda c: _set_metric(c, "num-examples", "12", other=True),
-    "num-examples-huge": lambda c: _set_metric(c, "num-examples", 1e308),
+    names.NUM_EXAMPLES_STRING: lambda c: _set_metric(c, "num-examples", "12", other=True),
+    names.NUM_EXAMPLES_HUGE: lambda c: _set_metric(c, "num-examples", 1e308),
     "samples-string": lambda c: _set_metric(c, "samples", "x", other=True),
-    "model-key-missing": _drop_first_array,
-    "model-key-extra": _extra_array,
+    names.KEY_MISSING: _drop_first_array,
+    names.KEY_EXTRA: _extra_array,
     "no-arrays": _no_arrays,
     "arrays-as-config": _arrays_as_config,
-    "int8-zeros": lambda c: _map_arrays(c, lambda a: np.zeros(a.shape, dtype=np.int8)),
-    "wrong-shape": _wrong_shape,
-    "nan-weights": lambda c: _map_arrays(c, _nan),
+    names.INT8: lambda c: _map_arrays(c, lambda a: np.zeros(a.shape, dtype=np.int8)),
+    names.WRONG_SHAPE: _wrong_shape,
+    names.NAN: lambda c: _map_arrays(c, _nan),
 }
 
 #: identity faults: the node's answer to "which client do you serve?"
@@ -108,7 +110,7 @@ def fault_of(node_config, round_: int) -> str:
     names = [f.strip() for f in str(node_config.get("fault", "")).split(",") if f.strip()]
     unknown = [f for f in names if f not in FAULTS]
     if unknown:
-        raise ValueError(f"unknown fault {unknown[0]!r}; known: {', '.join(FAULTS)}")
+        raise ValueError(names.unknown_fault(unknown[0], FAULTS))
     if not names:
         return ""
     only_round = int(node_config.get("fault-round", 0))

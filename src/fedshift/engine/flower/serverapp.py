@@ -1,6 +1,6 @@
 """The Flower ``ServerApp``: the algorithm's server program over a :class:`FlowerFederation`.
 
-It runs :func:`fedshift.engine.runner.run_experiment` (setup, rounds, evaluation,
+It runs :func:`fedshift.engine.run.runner.run_experiment` (setup, rounds, evaluation,
 per-round checkpoints, summary) with the Flower federation instead of the in-process one,
 so a Flower run writes the same run directory as ``fedshift run``. Setting the run config
 key ``resume=true`` with the same ``out-dir`` continues a killed run from its last
@@ -14,16 +14,16 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from pathlib import Path
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedshift.core.errors import CheckpointError
+from fedshift.core.runfiles import RunFiles
 from fedshift.engine.assembly import Experiment
 from fedshift.engine.flower.federation import FlowerFederation
 from fedshift.engine.flower.settings import DeployOptions, load_run_dataset, parse_run_config
-from fedshift.engine.runner import run_experiment
+from fedshift.engine.run.runner import run_experiment
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def run_token(opts: DeployOptions) -> str:
     the SuperNodes find the client states they saved for it."""
     if not opts.resume:
         return uuid.uuid4().hex
-    config = Path(opts.out_dir) / "config.json"
+    config = RunFiles(opts.out_dir).config
     try:
         return str(json.loads(config.read_text())["run_info"]["flower_run_token"])
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -10,9 +10,9 @@ from typing import Any
 from fedshift.core.context import ClientContext
 from fedshift.core.state import ServerState
 from fedshift.engine.assembly import Experiment, mask_channels, personal_model
-from fedshift.engine.protocol_personalized import global_model_on_clients
 from fedshift.eval.metrics import accuracy, mean_or_nan, sample_std
 from fedshift.eval.segmentation import dice, dice_per_channel
+from fedshift.scenarios.personalized import global_model_on_clients
 
 #: per-client scores of a personal model: own val/test shares, every domain's test split
 ClientScores = dict[str, float]

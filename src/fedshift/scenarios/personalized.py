@@ -22,8 +22,9 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import RunConfig, listed_domains
 from fedshift.core.split import Split
 from fedshift.data.domains import DomainDataset
-from fedshift.engine.scenario import ClientShard, Scenario, make_clients, partition_sources
 from fedshift.eval.metrics import Predict, accuracy, mean_or_nan, sample_std
+from fedshift.scenarios.protocol import Protocol
+from fedshift.scenarios.scenario import ClientShard, Scenario, make_clients, partition_sources
 
 #: the ``target`` of the personalized protocol: the clients' own test shares
 CLIENTS = "clients"
@@ -98,3 +99,11 @@ def clients_accuracy(
         "personalized_accuracy": mean_or_nan(test),
         "personalized_accuracy_std": sample_std(test),
     }
+
+
+PROTOCOL = Protocol(
+    name="personalized",
+    description="every domain trains; each client is tested on its own classes; target: clients",
+    build=build_personalized,
+    default_target=CLIENTS,
+)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fedshift.core.runconfig import RunConfig
 from fedshift.data.domains import DomainDataset
-from fedshift.engine.scenario import Scenario, check_target, make_clients, partition_sources
+from fedshift.scenarios.protocol import Protocol
+from fedshift.scenarios.scenario import Scenario, check_target, make_clients, partition_sources
 
 
 def build_lodo(cfg: RunConfig, dataset: DomainDataset) -> Scenario:
@@ -13,3 +14,10 @@ def build_lodo(cfg: RunConfig, dataset: DomainDataset) -> Scenario:
     sources = check_target(cfg, dataset)
     clients = make_clients(dataset, partition_sources(cfg, dataset, sources))
     return Scenario(clients=clients, sources=sources, targets=[cfg.target], dataset=dataset)
+
+
+PROTOCOL = Protocol(
+    name="lodo",
+    description="leave-one-domain-out: target domain unseen in training, tested every round",
+    build=build_lodo,
+)

@@ -2,7 +2,8 @@
 ``attack_clients`` and ``attack_strength``.
 
 Malicious clients compute their honest reply first; the harness then replaces what they
-send, in every call, the way :mod:`fedshift.engine.faults` corrupts a faulty client's reply.
+send, in every call, the way :mod:`~fedshift.engine.simulation.faults` corrupts a faulty
+client's reply.
 Unlike a fault, an attacked reply is well-formed (same keys, shapes and dtypes, finite,
 honest metrics) and passes reply validation: the point is that it is malicious. Only the
 floating arrays of a ``MODEL`` or ``PROTOTYPE`` share are changed. For a model array the

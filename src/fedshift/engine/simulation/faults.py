@@ -8,9 +8,13 @@ reply in that round (every call of the round):
   comes after the round's deadline on the simulated clock (it is discarded, never used in
   a later round);
 * ``nan``, ``huge`` (values ×1e30), ``dtype`` (float arrays as float64), ``int8`` (every
-  array as int8 zeros), ``shape``, ``keys-missing``, ``keys-extra``: corrupted arrays;
-* ``weight`` (``num-examples`` claims 10⁹ samples), ``metric-string`` (``num-examples`` as a
-  string).
+  array as int8 zeros), ``wrong-shape``, ``key-missing``, ``key-extra``: corrupted arrays;
+* ``num-examples-huge`` (``num-examples`` claims 10⁹ samples), ``num-examples-string``
+  (``num-examples`` as a string).
+
+The names shared with Flower's tampering ClientApp come from
+:mod:`fedshift.engine.fault_names`; an old name (``shape``, ``weight``, ...) is refused with
+its new name.
 
 The federation's reply validation and failure policy decide what happens next, as they
 would with a real broken or hostile client. Node-level faults on Flower live in
@@ -26,6 +30,7 @@ import torch
 
 from fedshift.core.errors import ConfigError
 from fedshift.core.record import Record
+from fedshift.engine import fault_names as names
 
 
 class InjectedFault(RuntimeError):
@@ -54,17 +59,17 @@ def _wrong_shape(reply: Record) -> None:
 
 #: corruptions of a reply, applied in place
 CORRUPTIONS: dict[str, Callable[[Record], None]] = {
-    "nan": lambda r: _map_floats(r, lambda v: torch.full_like(v, float("nan"))),
+    names.NAN: lambda r: _map_floats(r, lambda v: torch.full_like(v, float("nan"))),
     "huge": lambda r: _map_floats(r, lambda v: v * 1e30 + 1e30),
     "dtype": lambda r: _map_floats(r, lambda v: v.to(torch.float64)),
-    "int8": lambda r: r.arrays.update(
+    names.INT8: lambda r: r.arrays.update(
         {k: torch.zeros_like(v, dtype=torch.int8) for k, v in r.arrays.items()}
     ),
-    "shape": _wrong_shape,
-    "keys-missing": _drop_first,
-    "keys-extra": _extra_key,
-    "weight": lambda r: r.metrics.update({"num-examples": 10**9}),
-    "metric-string": lambda r: r.metrics.update({"num-examples": "12"}),
+    names.WRONG_SHAPE: _wrong_shape,
+    names.KEY_MISSING: _drop_first,
+    names.KEY_EXTRA: _extra_key,
+    names.NUM_EXAMPLES_HUGE: lambda r: r.metrics.update({"num-examples": 10**9}),
+    names.NUM_EXAMPLES_STRING: lambda r: r.metrics.update({"num-examples": "12"}),
 }
 #: faults about whether and when a reply arrives
 DELIVERY = ("raise", "drop", "straggle")
@@ -89,6 +94,8 @@ def parse_faults(text: str) -> list[Fault]:
             continue
         kind, at, where = item.partition("@")
         round_text, colon, client_text = where.partition(":")
+        if at and colon and kind not in KINDS:
+            raise ConfigError(f"faults entry {item!r}: {names.unknown_fault(kind, KINDS)}")
         if kind not in KINDS or not at or not colon:
             raise ConfigError(
                 f"faults entry {item!r} is not KIND@ROUND:CLIENT with KIND one of: "

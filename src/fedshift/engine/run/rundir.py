@@ -21,16 +21,15 @@ folder that happens to hold a ``config.json`` is refused with one line, never cl
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from fedshift.core.errors import CheckpointError, ConfigError
-from fedshift.core.state import TEMP_FILE, has_checkpoint
+from fedshift.core.runfiles import CHECKPOINT, LOCK_NAME, MARKER_NAME, OWN_NAMES, RunFiles
+from fedshift.core.state import TEMP_FILE
 
 try:
     import fcntl
@@ -38,28 +37,6 @@ except ImportError:  # not POSIX: runs go unlocked
     fcntl = None
 
 log = logging.getLogger(__name__)
-
-LOCK_NAME = ".lock"
-MARKER_NAME = ".fedshift-run"
-CHECKPOINT = "checkpoint.pt"
-CONFIG = "config.json"
-SUMMARY = "summary.json"
-
-#: every name a run writes at the top of its directory (temp files match TEMP_FILE)
-OWN_NAMES = frozenset(
-    {
-        LOCK_NAME,
-        MARKER_NAME,
-        CONFIG,
-        SUMMARY,
-        CHECKPOINT,
-        "checkpoint.prev.pt",
-        "metrics.jsonl",
-        "tensorboard",
-        "wandb",
-        "mlflow.db",
-    }
-)
 
 #: run directories this process holds, with how many nested claims hold each
 _held: dict[Path, int] = {}
@@ -134,38 +111,6 @@ def clear_run_dir(run_dir: Path) -> None:
             os.remove(path)
 
 
-def read_json_file(path: Path) -> dict[str, Any] | None:
-    """A JSON object from ``path``, or None (one warning line) when it is unreadable or
-    half-written; a missing file is None without a warning."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        log.warning("skipping %s: unreadable or half-written (%s)", path, exc)
-        return None
-    if not isinstance(data, dict):
-        log.warning("skipping %s: not a JSON object", path)
-        return None
-    return data
-
-
-def read_summary(path: str | Path) -> dict[str, Any] | None:
-    """A run's ``summary.json`` (the file or its run directory), or None with a warning
-    when it is half-written or lacks the keys every summary has."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / SUMMARY
-    summary = read_json_file(path)
-    if summary is None:
-        return None
-    missing = [k for k in ("algorithm", "target", "seed") if k not in summary]
-    if missing:
-        log.warning("skipping %s: not a fedshift summary (no %s)", path, ", ".join(missing))
-        return None
-    return summary
-
-
 def not_a_run_dir(run_dir: Path, foreign: list[str]) -> str:
     """The one-line refusal of a folder that is not provably a fedshift run directory."""
     shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
@@ -180,7 +125,7 @@ def refuse_foreign(run_dir: Path) -> None:
     holds anything fedshift did not write: the only kind of run folder fedshift ever clears
     is one that is provably its own."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir() or has_checkpoint(run_dir, CHECKPOINT):
+    if not run_dir.is_dir() or RunFiles(run_dir).has_checkpoint():
         return
     foreign = foreign_entries(run_dir)
     if foreign:
@@ -191,11 +136,12 @@ def never_checkpointed(run_dir: Path) -> bool:
     """A fedshift run that stopped before its first checkpoint: its marker and
     ``config.json`` are there, nothing but a run's own files, no checkpoint and no summary.
     Nothing in it is worth keeping."""
+    files = RunFiles(run_dir)
     return (
-        (run_dir / CONFIG).is_file()
+        files.config.is_file()
         and not foreign_entries(run_dir)
-        and not has_checkpoint(run_dir, CHECKPOINT)
-        and not (run_dir / SUMMARY).exists()
+        and not files.has_checkpoint()
+        and not files.summary.exists()
     )
 
 
@@ -223,14 +169,14 @@ def check_run_dir(run_dir: Path, *, resume: bool) -> None:
         raise ConfigError(f"--out {run_dir}: {problem}{suffix}")
     if not run_dir.is_dir():
         if resume:
-            raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")
+            raise CheckpointError(f"cannot resume: no {CHECKPOINT} in {run_dir}")
         return
     contents = run_dir_contents(run_dir)
-    if (run_dir / CONFIG).is_file():
+    if RunFiles(run_dir).config.is_file():
         refuse_foreign(run_dir)
     if resume:
-        if not has_checkpoint(run_dir) and not never_checkpointed(run_dir):
-            raise CheckpointError(f"cannot resume: no checkpoint.pt in {run_dir}")
+        if not RunFiles(run_dir).has_checkpoint() and not never_checkpointed(run_dir):
+            raise CheckpointError(f"cannot resume: no {CHECKPOINT} in {run_dir}")
     elif contents and not never_checkpointed(run_dir):
         raise ConfigError(
             f"run directory {run_dir} is not empty; use --resume to continue it or another --out"
@@ -252,4 +198,4 @@ def settle_run_dir(run_dir: Path, *, resume: bool) -> bool:
         )
         clear_run_dir(run_dir)
         return False
-    return resume and has_checkpoint(run_dir)
+    return RunFiles(run_dir).resumes(resume)

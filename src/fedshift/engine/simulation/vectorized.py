@@ -23,8 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
-from fedshift.algorithms._common import SupervisedPlan, local_metrics
-from fedshift.core.algorithm import Algorithm
+from fedshift.core.algorithm import Algorithm, SupervisedPlan, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.record import Record
 from fedshift.core.runconfig import VECTORIZE as MODES
@@ -105,7 +104,7 @@ def run_vectorized(
 def _trained_batches(
     ctx: ClientContext, epochs: int
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The batches :func:`~fedshift.algorithms._common.fit` trains on, in its order."""
+    """The batches :func:`~fedshift.algorithms.toolkit.fit` trains on, in its order."""
     for _ in range(epochs):
         for x, y in ctx.train.batches(ctx.train_cfg.batch_size, ctx.rng):
             if len(x) >= 2:
@@ -115,7 +114,7 @@ def _trained_batches(
 def train_supervised_stacked(
     template: torch.nn.Module, ctxs: list[ClientContext], plans: list[SupervisedPlan]
 ) -> list[tuple[dict[str, torch.Tensor], dict[str, float]]]:
-    """:func:`~fedshift.algorithms._common.train_supervised` for every client at once;
+    """:func:`~fedshift.algorithms.toolkit.train_supervised` for every client at once;
     each client's trained state dict (CPU) and reply metrics."""
     cfg, device = ctxs[0].train_cfg, ctxs[0].device
     mu = plans[0].mu

@@ -1,6 +1,6 @@
 """A scenario: the clients a protocol makes of a dataset, and what is evaluated.
 
-The protocols' builders (:mod:`fedshift.engine.protocols`) use the helpers here.
+The protocols' builders (:mod:`fedshift.scenarios`) use the helpers here.
 """
 
 from __future__ import annotations

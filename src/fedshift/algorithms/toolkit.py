@@ -1,15 +1,17 @@
-"""Small helpers shared by algorithms: model (de)serialization, the local-step loop, the
-supervised and segmentation local objectives and FedAvg's round."""
+"""The algorithm toolkit, public for plug-in authors: model (de)serialization, the local-step
+loop (:func:`fit`), the supervised and segmentation local objectives and FedAvg's round
+(:func:`averaging_round`). A reply's metrics (``local_metrics``) and the vectorized plan
+(``SupervisedPlan``) are part of the contract, in :mod:`fedshift.core.algorithm`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from fedshift.core.algorithm import local_metrics
 from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.federation import Federation
 from fedshift.core.privacy import PrivacySettings, private_model_mean
@@ -45,14 +47,6 @@ def model_from_record(ctx: ClientContext, record: Record, prefix: str = "model")
     model = lease() if lease is not None else ctx.build_model()
     model.load_state_dict(record.subset(prefix))
     return model.to(ctx.device)
-
-
-def local_metrics(ctx: ClientContext, seen: int, **sums: float) -> dict[str, float]:
-    """A client reply's metrics: each of ``sums`` (a per-sample-weighted sum) as its mean over
-    the ``seen`` samples, the split size ``num-examples`` (the aggregation weight) and
-    ``samples`` (what was processed, for throughput)."""
-    means = {key: value / max(seen, 1) for key, value in sums.items()}
-    return {**means, "num-examples": len(ctx.train), "samples": seen}
 
 
 def make_optimizer(params, cfg: TrainConfig, lr: float | None = None) -> torch.optim.Optimizer:
@@ -235,22 +229,6 @@ def weighted_metric(replies: dict[int, Record], key: str) -> float:
     ]
     total = sum(w for _, w in pairs)
     return sum(v * w for v, w in pairs) / total if total else float("nan")
-
-
-@dataclass
-class SupervisedPlan:
-    """One client's share of a vectorized ``train`` call (see
-    :mod:`fedshift.engine.vectorized`): cross-entropy SGD for ``epochs`` epochs on the
-    client's labeled training split, exactly as :func:`train_supervised` does it, from the
-    weights ``start`` (a full state dict), with ``mu``/2·‖w − ``start``‖² added over the
-    trainable parameters when ``mu`` > 0 (FedProx). ``finish(weights, metrics)`` turns the
-    trained state dict and the reply metrics of :func:`local_metrics` into the reply.
-    """
-
-    start: dict[str, torch.Tensor]
-    finish: Callable[[dict[str, torch.Tensor], dict[str, float]], Record]
-    mu: float = 0.0
-    epochs: int | None = None
 
 
 def reply_with_model(weights: dict[str, torch.Tensor], metrics: dict[str, float]) -> Record:

@@ -20,7 +20,8 @@ from fedshift.core.runconfig import RunConfig
 from fedshift.core.split import Split
 from fedshift.data.domains import DomainDataset
 from fedshift.data.partition import partition_domains
-from fedshift.engine.scenario import (
+from fedshift.scenarios.protocol import Protocol
+from fedshift.scenarios.scenario import (
     ClientShard,
     Scenario,
     check_target,
@@ -66,3 +67,10 @@ def build_msst(cfg: RunConfig, dataset: DomainDataset):
             )
         )
     return Scenario(clients=clients, sources=sources, targets=[cfg.target], dataset=dataset)
+
+
+PROTOCOL = Protocol(
+    name="msst",
+    description="multi-source single-target: sources labeled, target client unlabeled",
+    build=build_msst,
+)

@@ -3,8 +3,6 @@ the summary in the run directory (config.json, metrics.jsonl, summary.json, chec
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -16,22 +14,21 @@ from tqdm import tqdm
 from fedshift.core.errors import CheckpointError, ConfigError, RoundFailed, RunInterrupted
 from fedshift.core.privacy import run_epsilon
 from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
+from fedshift.core.runfiles import RunFiles
 from fedshift.core.state import (
     CHECKPOINT_FORMAT,
     ServerState,
-    has_checkpoint,
     load_checkpoint,
     save_checkpoint,
-    write_text_atomically,
 )
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import Experiment, prepare
-from fedshift.engine.evaluation import evaluate, personal_eval_every
 from fedshift.engine.federation import BaseFederation
-from fedshift.engine.rundir import check_run_dir, claim_run_dir, read_json_file, settle_run_dir
-from fedshift.engine.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
-from fedshift.engine.simulation import SimulationFederation
-from fedshift.engine.tracking import Tracking
+from fedshift.engine.run.evaluation import evaluate, personal_eval_every
+from fedshift.engine.run.rundir import check_run_dir, claim_run_dir, settle_run_dir
+from fedshift.engine.run.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
+from fedshift.engine.run.tracking import Tracking
+from fedshift.engine.simulation.dispatch import SimulationFederation
 
 
 def default_run_name(cfg: RunConfig) -> str:
@@ -95,7 +92,7 @@ class Runner:
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.out / "checkpoint.pt"
+        return RunFiles(self.out).checkpoint
 
     def _save(self, round_: int, state: ServerState, history: list[dict], wall: float) -> None:
         save_checkpoint(
@@ -140,10 +137,7 @@ class Runner:
             start, state, history, wall = self._restore()
             self._record_rounds(cfg.rounds)
         else:
-            write_text_atomically(
-                self.out / "config.json",
-                json.dumps({**cfg.to_dict(), "run_info": self.exp.info}, indent=2) + "\n",
-            )
+            RunFiles(self.out).write_config({**cfg.to_dict(), "run_info": self.exp.info})
             start, history, wall = 0, [], 0.0
             fed.begin_round(0)
             state = algo.init_state()
@@ -216,7 +210,7 @@ class Runner:
                 return {}
         bar.close()
         summary = self.summarize(history, wall)
-        write_text_atomically(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        RunFiles(self.out).write_summary(summary)
         tracking.finish(summary)
         return summary
 
@@ -232,7 +226,9 @@ class Runner:
             for cid, ctx in contexts.items():
                 ctx.state = before[cid]
             saved = (
-                "the last checkpoint is kept" if has_checkpoint(self.out) else "no checkpoint yet"
+                "the last checkpoint is kept"
+                if RunFiles(self.out).has_checkpoint()
+                else "no checkpoint yet"
             )
             raise RoundFailed(
                 f"{exc}; the run stopped in round {round_} ({saved}; client states kept as "
@@ -246,21 +242,16 @@ class Runner:
 
     def _record_rounds(self, rounds: int) -> None:
         """A resumed run extended to more rounds: ``config.json`` says so (rest kept)."""
-        path = self.out / "config.json"
-        saved = read_json_file(path)
+        files = RunFiles(self.out)
+        saved = files.read_config()
         if saved is not None and saved.get("rounds") != rounds:
-            write_text_atomically(path, json.dumps({**saved, "rounds": rounds}, indent=2) + "\n")
+            files.write_config({**saved, "rounds": rounds})
 
     def _write_metrics(self, history: list[dict]) -> None:
-        write_text_atomically(
-            self.out / "metrics.jsonl", "".join(json.dumps(entry) + "\n" for entry in history)
-        )
+        RunFiles(self.out).write_metrics(history)
 
     def _append_metrics(self, entry: dict) -> None:
-        with open(self.out / "metrics.jsonl", "a") as handle:
-            handle.write(json.dumps(entry) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        RunFiles(self.out).append_metrics(entry)
 
     def summarize(self, history: list[dict], wall: float) -> dict[str, Any]:
         cfg = self.exp.cfg
@@ -347,6 +338,6 @@ def run_experiment(
         try:
             return runner.run(resume=resume, stop_after=stop_after), out_dir
         except KeyboardInterrupt:
-            raise RunInterrupted(out_dir, has_checkpoint(out_dir)) from None
+            raise RunInterrupted(out_dir, RunFiles(out_dir).has_checkpoint()) from None
         finally:
             runner.close_progress()

@@ -14,7 +14,8 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import RunConfig, listed_domains
 from fedshift.core.seeding import numpy_generator
 from fedshift.data.domains import DomainDataset
-from fedshift.engine.scenario import ClientShard, Scenario, make_clients, partition_sources
+from fedshift.scenarios.protocol import Protocol
+from fedshift.scenarios.scenario import ClientShard, Scenario, make_clients, partition_sources
 
 #: the ``target`` value of a protocol that tests every domain
 ALL_DOMAINS = "all"
@@ -65,3 +66,11 @@ def keep_train_fraction(
         idx = sorted(int(i) for i in rng.choice(n, size=keep, replace=False))
         kept.append(dataclasses.replace(client, train=client.train.subset(idx)))
     return kept
+
+
+PROTOCOL = Protocol(
+    name="per-domain",
+    description="every domain trains and is tested (FPL); target: all",
+    build=build_per_domain,
+    default_target=ALL_DOMAINS,
+)

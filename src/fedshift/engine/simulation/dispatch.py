@@ -9,16 +9,16 @@ from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
 from fedshift.core.record import Record
 from fedshift.engine.assembly import Experiment
-from fedshift.engine.attacks import AttackPlan
-from fedshift.engine.evaluation import ClientScores, client_scores
-from fedshift.engine.faults import CORRUPTIONS, FaultPlan, InjectedFault
 from fedshift.engine.federation import (
     BaseFederation,
     federation_options,
     one_line,
     run_client_task,
 )
-from fedshift.engine.vectorized import run_vectorized, vectorize_enabled
+from fedshift.engine.run.evaluation import ClientScores, client_scores
+from fedshift.engine.simulation.faults import InjectedFault
+from fedshift.engine.simulation.tampering import Tampering
+from fedshift.engine.simulation.vectorized import run_vectorized, vectorize_enabled
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,9 @@ class SimulationFederation(BaseFederation):
     models are scored from the client states held here.
 
     A client task that raises is a failed client (its message logged in one line); the
-    failure policy decides the round. ``faults`` (:mod:`fedshift.engine.faults`) injects
-    client faults for tests and drills; ``attack`` (:mod:`fedshift.engine.attacks`) makes
-    some clients malicious.
+    failure policy decides the round. ``tampering``
+    (:mod:`~fedshift.engine.simulation.tampering`) injects client faults for tests and drills
+    and makes some clients malicious.
     """
 
     def __init__(
@@ -43,16 +43,14 @@ class SimulationFederation(BaseFederation):
         *,
         score_client: ScoreClient | None = None,
         vectorize: bool = False,
-        faults: FaultPlan | None = None,
-        attack: AttackPlan | None = None,
+        tampering: Tampering | None = None,
         **options,
     ):
         super().__init__(algorithm, {cid: ctx.role for cid, ctx in contexts.items()}, **options)
         self.contexts = contexts
         self.score_client = score_client
         self.vectorize = vectorize
-        self.faults = faults
-        self.attack = attack
+        self.tampering = tampering or Tampering()
         #: replies that missed their round's deadline: (round, call, client); never used
         self.late: list[tuple[int, int, int]] = []
 
@@ -67,10 +65,7 @@ class SimulationFederation(BaseFederation):
             exp.contexts,
             score_client=score,
             vectorize=vectorize,
-            faults=FaultPlan.from_text(exp.cfg.faults),
-            attack=AttackPlan.from_config(
-                exp.cfg, exp.contexts, exp.algorithm.shares, exp.dataset.num_classes
-            ),
+            tampering=Tampering.for_experiment(exp),
             **federation_options(exp),
         )
 
@@ -84,7 +79,7 @@ class SimulationFederation(BaseFederation):
                 call,
             )
         self.late = []
-        faulty = {cid: self.faults.kinds(self.round, cid) for cid in sends} if self.faults else {}
+        faulty = self.tampering.fault_kinds(self.round, sends)
         replies: dict[int, Record] = {}
         if self.vectorize and not any(faulty.values()):
             try:
@@ -107,8 +102,7 @@ class SimulationFederation(BaseFederation):
                 )
                 together = None
             if together is not None:
-                if self.attack is not None:
-                    self.attack.apply(sends, together)
+                self.tampering.apply(sends, together, {})
                 return together
         for cid, sent in sends.items():
             kinds = faulty.get(cid, ())
@@ -136,11 +130,7 @@ class SimulationFederation(BaseFederation):
                 self._fail(cid, task, "no reply before the round's deadline (straggler)")
                 continue
             replies[cid] = reply
-        if self.attack is not None:
-            self.attack.apply(sends, replies)
-        for cid, reply in replies.items():
-            for kind in faulty.get(cid, ()):
-                CORRUPTIONS[kind](reply)
+        self.tampering.apply(sends, replies, faulty)
         return replies
 
     def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:

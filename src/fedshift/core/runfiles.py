@@ -1,0 +1,195 @@
+"""The run directory, the product users keep, as one type: its file names, readers, writers
+and the one rule for when a run resumes.
+
+A run directory holds ``config.json`` (the resolved config, written first),
+``metrics.jsonl`` (one row per round), ``checkpoint.pt`` (and ``checkpoint.prev.pt``, the
+one before), ``summary.json`` (written last) and the ownership files of
+:mod:`fedshift.engine.run.rundir` (``.lock``, ``.fedshift-run``). Every other module names
+these files through :class:`RunFiles`, never by a literal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedshift.core.errors import CheckpointError
+from fedshift.core.state import has_checkpoint, load_checkpoint, write_text_atomically
+
+log = logging.getLogger(__name__)
+
+CONFIG = "config.json"
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+CHECKPOINT = "checkpoint.pt"
+PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
+LOCK_NAME = ".lock"
+MARKER_NAME = ".fedshift-run"
+
+#: every name a run writes at the top of its directory (temp files match ``state.TEMP_FILE``)
+OWN_NAMES = frozenset(
+    {
+        LOCK_NAME,
+        MARKER_NAME,
+        CONFIG,
+        SUMMARY,
+        CHECKPOINT,
+        PREVIOUS_CHECKPOINT,
+        METRICS,
+        "tensorboard",
+        "wandb",
+        "mlflow.db",
+    }
+)
+#: keys every summary has; a file without them is not a fedshift summary
+SUMMARY_KEYS = ("algorithm", "target", "seed")
+
+
+def read_json_file(path: str | os.PathLike) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None (one warning line) when it is unreadable or
+    half-written; a missing file is None without a warning."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        log.warning("skipping %s: unreadable or half-written (%s)", path, exc)
+        return None
+    if not isinstance(data, dict):
+        log.warning("skipping %s: not a JSON object", path)
+        return None
+    return data
+
+
+def load_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON object from ``path``; anything else is a CheckpointError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} does not hold a JSON object")
+    return data
+
+
+def read_summary(path: str | os.PathLike) -> dict[str, Any] | None:
+    """A run's ``summary.json`` (the file or its run directory), or None with a warning
+    when it is half-written or lacks the keys every summary has."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SUMMARY
+    summary = read_json_file(path)
+    if summary is None:
+        return None
+    missing = [k for k in SUMMARY_KEYS if k not in summary]
+    if missing:
+        log.warning("skipping %s: not a fedshift summary (no %s)", path, ", ".join(missing))
+        return None
+    return summary
+
+
+def summary_files(root: str | os.PathLike) -> list[Path]:
+    """``root`` itself when it is a file, else every ``summary.json`` under it, sorted."""
+    root = Path(root)
+    return [root] if root.is_file() else sorted(root.rglob(SUMMARY))
+
+
+def run_dirs_with_metrics(root: str | os.PathLike) -> list[Path]:
+    """Every run directory under ``root`` (``root`` included) that has a ``metrics.jsonl``."""
+    return [f.parent for f in sorted(Path(root).rglob(METRICS))]
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The files of the run directory ``root``."""
+
+    root: Path
+
+    def __init__(self, root: str | os.PathLike):
+        object.__setattr__(self, "root", Path(root))
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG
+
+    @property
+    def summary(self) -> Path:
+        return self.root / SUMMARY
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / CHECKPOINT
+
+    def has_checkpoint(self) -> bool:
+        """Whether a checkpoint (latest or previous) is there."""
+        return has_checkpoint(self.root, CHECKPOINT)
+
+    def resumes(self, resume: bool = True) -> bool:
+        """The resume rule: a run asked to resume (a sweep always is) continues from its
+        checkpoint when it has one and starts from round 1 otherwise."""
+        return resume and self.has_checkpoint()
+
+    def read_config(self) -> dict[str, Any] | None:
+        """``config.json``, or None when it is missing or unreadable."""
+        return read_json_file(self.config)
+
+    def read_summary(self) -> dict[str, Any] | None:
+        """``summary.json`` (see :func:`read_summary`)."""
+        return read_summary(self.summary)
+
+    def metric_lines(self) -> list[str]:
+        """The non-empty lines of ``metrics.jsonl`` (OSError when it is missing)."""
+        return [line for line in self.metrics.read_text().splitlines() if line.strip()]
+
+    def history(self) -> list[dict[str, Any]]:
+        """The rows of ``metrics.jsonl`` (none when it is missing), skipping a line a crash
+        cut short (the runner rewrites it on resume)."""
+        if not self.metrics.is_file():
+            return []
+        rows = []
+        for line in self.metrics.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+    def saved_config(self) -> dict[str, Any]:
+        """The config the run was started with: ``config.json``, else its checkpoint's."""
+        try:
+            saved = json.loads(self.config.read_text())
+            if isinstance(saved, dict):
+                return saved
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            pass
+        if not self.has_checkpoint():
+            raise CheckpointError(f"cannot resume: no {CHECKPOINT} in {self.root}")
+        return dict(load_checkpoint(self.checkpoint)["config"])
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        write_text_atomically(self.config, json.dumps(config, indent=2) + "\n")
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_text_atomically(self.summary, json.dumps(summary, indent=2) + "\n")
+
+    def write_metrics(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Replace ``metrics.jsonl`` with ``rows`` (a resumed run's history)."""
+        write_text_atomically(self.metrics, "".join(json.dumps(row) + "\n" for row in rows))
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        """One round's row, flushed to disk before the round's checkpoint."""
+        with open(self.metrics, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())

@@ -1,0 +1,39 @@
+"""The evaluation protocols: one :class:`Protocol` record per protocol, one module each.
+
+:data:`PROTOCOLS` is the only place a protocol is named: the run config's choice, the
+default targets and the command line's help all read it. Adding a protocol is one module
+with its ``PROTOCOL`` record plus one line here.
+"""
+
+from __future__ import annotations
+
+from fedshift.core.runconfig import RunConfig, check_choice
+from fedshift.data.domains import DomainDataset
+from fedshift.scenarios import lodo, msst, per_domain, personalized
+from fedshift.scenarios.per_domain import keep_train_fraction
+from fedshift.scenarios.protocol import Protocol
+from fedshift.scenarios.scenario import Scenario, pool_clients
+
+__all__ = ["PROTOCOLS", "Protocol", "build_scenario", "get_protocol"]
+
+#: protocol name -> its record, in the order the command line lists them
+PROTOCOLS: dict[str, Protocol] = {
+    p.name: p for p in (lodo.PROTOCOL, personalized.PROTOCOL, msst.PROTOCOL, per_domain.PROTOCOL)
+}
+
+
+def get_protocol(name: str) -> Protocol:
+    """The protocol called ``name``; an unknown name is a ConfigError with the choices."""
+    check_choice("protocol", name, PROTOCOLS)
+    return PROTOCOLS[name]
+
+
+def build_scenario(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> Scenario:
+    """Build the federated task of ``cfg.protocol``, each client keeping
+    ``cfg.client_data_fraction`` of its training share; ``pooled`` merges the labeled clients
+    into one (the centralized reference)."""
+    task = get_protocol(cfg.protocol).build(cfg, dataset)
+    task.clients = keep_train_fraction(task.clients, cfg.client_data_fraction, cfg.seed)
+    if pooled:
+        task.clients = [pool_clients(task.clients, "+".join(task.sources))]
+    return task
