@@ -122,6 +122,6 @@ def test_the_checker_sees_a_back_arrow(tmp_path):
     global PACKAGE
     saved, PACKAGE = PACKAGE, tmp_path / "fedshift"
     try:
-        assert imported_modules(nested) == {"fedshift.engine.run.runner", "fedshift.cli"}
+        assert imported_modules(nested) == {"fedshift.engine.runner", "fedshift.cli"}
     finally:
         PACKAGE = saved
