@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -43,11 +43,38 @@ def read_split_list(
     ``keep`` (class folder -> new label) reads only the images of those class folders,
     relabelled (DomainNet's 10-class subset).
     """
+    known = set(classes)
+    entries = []
+    for where, relative, label_text in list_lines(path, layout):
+        label = int(label_text) - label_base
+        folder = Path(relative).parent.name
+        if keep is not None:
+            if folder not in keep:
+                continue
+            label = keep[folder]
+        elif not 0 <= label < len(classes):
+            raise DatasetError(
+                f"{where}: label {label + label_base} is not in "
+                f"{label_base}..{len(classes) - 1 + label_base}"
+            )
+        elif folder in known and folder != classes[label]:
+            raise DatasetError(
+                f"{where}: label {label + label_base} ({classes[label]}) but the image is "
+                f"in folder {folder!r}"
+            )
+        image = inside(images, relative, where)
+        if not image.is_file():
+            raise DatasetError(f"{where} names a missing file {image}")
+        entries.append((image, label))
+    return entries
+
+
+def list_lines(path: Path, layout: str = "") -> Iterator[tuple[str, str, str]]:
+    """(``FILE line N``, relative path, label text) of each non-empty line of a
+    ``<relative path> <label>`` list; a missing list or a malformed line raises DatasetError."""
     if not path.is_file():
         expected = f" (expected {layout})" if layout else ""
         raise DatasetError(f"missing split list {path}{expected}")
-    known = set(classes)
-    entries = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             parts = line.rsplit(maxsplit=1)
@@ -56,27 +83,7 @@ def read_split_list(
             where = f"{path.name} line {number}"
             if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
                 raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
-            relative, label = parts[0].strip(), int(parts[1]) - label_base
-            folder = Path(relative).parent.name
-            if keep is not None:
-                if folder not in keep:
-                    continue
-                label = keep[folder]
-            elif not 0 <= label < len(classes):
-                raise DatasetError(
-                    f"{where}: label {label + label_base} is not in "
-                    f"{label_base}..{len(classes) - 1 + label_base}"
-                )
-            elif folder in known and folder != classes[label]:
-                raise DatasetError(
-                    f"{where}: label {label + label_base} ({classes[label]}) but the image is "
-                    f"in folder {folder!r}"
-                )
-            image = inside(images, relative, where)
-            if not image.is_file():
-                raise DatasetError(f"{where} names a missing file {image}")
-            entries.append((image, label))
-    return entries
+            yield where, parts[0].strip(), parts[1]
 
 
 def inside(root: Path, relative: str, where: str) -> Path:
@@ -102,31 +109,22 @@ def list_classes(paths: Sequence[Path], *, label_base: int = 0) -> list[str]:
     labels: dict[str, int] = {}  # class folder -> label
     first_use: dict[int, str] = {}  # label -> the list line that first used it
     for path in paths:
-        if not path.is_file():
-            raise DatasetError(f"missing split list {path}")
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                parts = line.rsplit(maxsplit=1)
-                if not parts:
-                    continue
-                where = f"{path.name} line {number}"
-                if len(parts) != 2 or not parts[1].isdigit():
-                    raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
-                label = int(parts[1]) - label_base
-                folder = Path(parts[0]).parent.name
-                if label < 0:
-                    raise DatasetError(f"{where}: label {parts[1]} is below {label_base}")
-                if names.setdefault(label, folder) != folder:
-                    raise DatasetError(
-                        f"{where}: label {parts[1]} is class {names[label]!r} "
-                        f"elsewhere but the image is in folder {folder!r}"
-                    )
-                if labels.setdefault(folder, label) != label:
-                    raise DatasetError(
-                        f"{where}: label {parts[1]} for folder {folder!r}, which is label "
-                        f"{labels[folder] + label_base} at {first_use[labels[folder]]}"
-                    )
-                first_use.setdefault(label, where)
+        for where, relative, label_text in list_lines(path):
+            label = int(label_text) - label_base
+            folder = Path(relative).parent.name
+            if label < 0:
+                raise DatasetError(f"{where}: label {label_text} is below {label_base}")
+            if names.setdefault(label, folder) != folder:
+                raise DatasetError(
+                    f"{where}: label {label_text} is class {names[label]!r} "
+                    f"elsewhere but the image is in folder {folder!r}"
+                )
+            if labels.setdefault(folder, label) != label:
+                raise DatasetError(
+                    f"{where}: label {label_text} for folder {folder!r}, which is label "
+                    f"{labels[folder] + label_base} at {first_use[labels[folder]]}"
+                )
+            first_use.setdefault(label, where)
     if not names:
         raise DatasetError(f"the split lists {', '.join(p.name for p in paths)} name no image")
     unused = sorted(set(range(max(names) + 1)) - set(names))

@@ -312,6 +312,21 @@ def run_aggregator(cfg: RunConfig, scenario: Scenario) -> Aggregator:
     return aggregator
 
 
+def load_config_dataset(cfg: RunConfig, cache_dir: str | None = None) -> DomainDataset:
+    """The run's dataset as its config names it (a broken copy is a ConfigError)."""
+    try:
+        return load_dataset(
+            cfg.dataset,
+            cache_dir=cache_dir,
+            image_size=cfg.image_size or None,
+            seed=cfg.split_seed,
+            data_root=cfg.data_root or None,
+            split_files=cfg.split_files or None,
+        )
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def prepare(
     cfg: RunConfig, *, cache_dir: str | None = None, dataset: DomainDataset | None = None
 ) -> Experiment:
@@ -330,17 +345,7 @@ def prepare(
     if dataset is None:
         if cfg.problem != "segmentation" and cfg.dataset.split(":")[0] in SEGMENTATION_SETS:
             raise ConfigError(segmentation_only(cfg.dataset.split(":")[0]))
-        try:
-            dataset = load_dataset(
-                cfg.dataset,
-                cache_dir=cache_dir,
-                image_size=cfg.image_size or None,
-                seed=cfg.split_seed,
-                data_root=cfg.data_root or None,
-                split_files=cfg.split_files or None,
-            )
-        except DatasetError as exc:
-            raise ConfigError(str(exc)) from None
+        dataset = load_config_dataset(cfg, cache_dir)
     if dataset.meta.get("problem") == "segmentation" and cfg.problem != "segmentation":
         raise ConfigError(segmentation_only(dataset.name))
     algo_cls = REGISTRY[cfg.algorithm]

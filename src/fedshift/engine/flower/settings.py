@@ -17,9 +17,8 @@ from typing import Any
 import torch
 
 from fedshift.config import resolve
-from fedshift.core.errors import ConfigError, DatasetError
+from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import RUN_KEYS, RunConfig
-from fedshift.data import load_dataset
 from fedshift.data.domains import Domain, DomainDataset
 
 #: deployment options in the run config, with their defaults
@@ -97,18 +96,9 @@ def first_samples(dataset: DomainDataset, n: int) -> DomainDataset:
 
 def load_run_dataset(cfg: RunConfig, opts: DeployOptions, cache_dir: str = "") -> DomainDataset:
     """The run's dataset built locally (``cache_dir`` overrides the run's cache dir)."""
-    cache = cache_dir or opts.cache_dir or None
-    try:
-        dataset = load_dataset(
-            cfg.dataset,
-            cache_dir=cache,
-            image_size=cfg.image_size or None,
-            seed=cfg.split_seed,
-            data_root=cfg.data_root or None,
-            split_files=cfg.split_files or None,
-        )
-    except DatasetError as exc:
-        raise ConfigError(str(exc)) from None
+    from fedshift.engine.assembly import load_config_dataset  # the engine, only when loading
+
+    dataset = load_config_dataset(cfg, cache_dir or opts.cache_dir or None)
     return first_samples(dataset, opts.max_samples) if opts.max_samples > 0 else dataset
 
 
