@@ -42,7 +42,7 @@ def dataset_lines() -> list[DatasetLine]:
             entry.source,
             runs=f"fedshift run -d {entry.name} --set data_root=PATH",
             resolution=entry.resolution,
-            domains=", ".join(entry.domains),
+            domains=entry.domain_line(),
             classes=entry.class_line(),
             layout=entry.layout,
             split=entry.split,

@@ -11,8 +11,6 @@ The registry is the one table :data:`CATALOG` below: adding a dataset is one mod
 * ``load_catalog(name, root, ...)`` loads a copy (``fedshift run -d NAME --set
   data_root=PATH``) with the split its entry states, or the user's own lists
   (``split_files=DIR``) where the dataset takes them.
-* ``catalog_rows()``: one (name, source, domains, resolution, description) row per entry,
-  for the CLI's ``--dataset`` help and ``datasets list``.
 """
 
 from __future__ import annotations
@@ -66,7 +64,6 @@ __all__ = [
     "RUNNABLE",
     "CatalogDataset",
     "LoadOptions",
-    "catalog_rows",
     "check_dataset",
     "load_catalog",
 ]
@@ -110,8 +107,3 @@ def load_catalog(
         cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
     )
     return _entry(name).load(root, options)
-
-
-def catalog_rows() -> list[tuple[str, str, str, int, str]]:
-    """(name, source, domains, resolution, description) of each entry, in catalog order."""
-    return [entry.row() for entry in CATALOG.values()]

@@ -127,9 +127,9 @@ class CatalogDataset(ABC):
             return f"{', '.join(self.classes)}; {self.class_source}"
         return self.class_source
 
-    def row(self) -> tuple[str, str, str, int, str]:
-        """(name, source, domains, resolution, description): one line of the catalog."""
-        return self.name, self.source, ", ".join(self.domains), self.resolution, self.description
+    def domain_line(self) -> str:
+        """The ``domains:`` line of ``datasets list``: the domains, by name."""
+        return ", ".join(self.domains)
 
 
 def domain_seed(seed: int, domain: str) -> int:

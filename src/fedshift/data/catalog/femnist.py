@@ -184,14 +184,8 @@ class FemnistDataset(CatalogDataset):
             },
         )
 
-    def row(self) -> tuple[str, str, str, int, str]:
-        return (
-            self.name,
-            self.source,
-            "the writers of the copy (one domain each)",
-            SIDE,
-            (self.description),
-        )
+    def domain_line(self) -> str:
+        return "the writers of the copy (one domain each)"
 
 
 FEMNIST = FemnistDataset(
