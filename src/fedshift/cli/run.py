@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 from fedshift.cli.errors import Command, run_again
@@ -86,6 +87,8 @@ def print_task(cfg) -> None:
         f"\n# task: {len(info['clients'])} clients; sources {', '.join(info['sources'])}; "
         f"targets {', '.join(info['targets'])}"
     )
+    per_domain = Counter(client["domain"] for client in info["clients"])
+    print("# clients per domain: " + ", ".join(f"{d} {n}" for d, n in per_domain.items()))
     columns = ("id", "name", "domain", "role", "train", "val", "test")
     print_table([columns, *([client[k] for k in columns] for client in info["clients"])])
 
