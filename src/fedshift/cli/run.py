@@ -65,8 +65,26 @@ def run(args: argparse.Namespace) -> int:
         return 0
     summary, out_dir = run_experiment(cfg, args.out, resume=args.resume, progress=not args.quiet)
     print(format_summary(summary))
+    line = preset_paper_line(cfg.preset, summary)
+    if line:
+        print(line)
     print(f"run directory: {out_dir}")
     return 0
+
+
+def preset_paper_line(preset: str, summary: dict) -> str | None:
+    """The paper's number beside this run's, for a run started from a preset that has one."""
+    from fedshift.presets import load_preset, paper_line
+
+    if not preset or not summary:
+        return None
+    try:
+        loaded = load_preset(preset)
+    except ConfigError:  # a user's preset file moved or changed during the run
+        return None
+    if summary.get("algorithm") != loaded.algorithm:  # the paper's number is not this one's
+        return None
+    return paper_line(loaded.meta, [summary])
 
 
 def print_task(cfg) -> None:

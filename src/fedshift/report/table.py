@@ -35,6 +35,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"target accuracy (source-val selected, round {summary['selected_round']}): "
         f"{_pct(summary['target_accuracy'])}",
         f"target accuracy (last round): {_pct(summary['target_accuracy_last'])}",
+        f"target accuracy (mean of the last 5 evaluated rounds): "
+        f"{_pct(summary.get('target_accuracy_last5'))}",
         f"target accuracy (oracle, round {summary['oracle_round']}; uses target labels): "
         f"{_pct(summary['target_accuracy_oracle'])}",
     ]
