@@ -15,6 +15,7 @@ from fedshift.config import resolve
 from fedshift.core.errors import ConfigError
 from fedshift.engine.run.selection import mean_of_last
 from fedshift.presets import PRESET_DIR, load_preset, preset_names
+from fedshift.report.table import format_summary
 from fedshift.scenarios import build_scenario
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +36,10 @@ def test_clients_per_domain_mapping_allocates_exactly(digits):
     for name in ("mnist", "syn"):
         mine = [c for c in task.clients if c.domain == name]
         assert sum(len(c.train) for c in mine) == len(digits.domain(name).train)
+    table = resolve(
+        None, {"protocol": "per-domain", "clients_per_domain": {"mnist": 2, "syn": 3}}, []
+    )
+    assert table.clients_per_domain == "mnist:2,syn:3"
     lodo = resolve(None, {"target": "mnistm"}, ["clients_per_domain=mnist:2,syn:1"])
     assert clients_of(build_scenario(lodo, digits, pooled=False)) == {
         "mnist": 2,
@@ -201,3 +206,33 @@ def test_bad_paper_number_is_one_line(number, message, tmp_path):
     preset.write_text(TINY + number)
     with pytest.raises(ConfigError, match=message):
         load_preset(str(preset))
+
+
+def test_result_table_shows_last5_and_the_algorithms_selection():
+    summary = {
+        "algorithm": "fact",
+        "dataset": "digit-five",
+        "protocol": "msst",
+        "target": "mnistm",
+        "seed": 0,
+        "rounds": 9,
+        "per_domain_accuracy": {"mnistm": 0.5},
+        "selected_round": 2,
+        "target_accuracy": 0.5,
+        "target_accuracy_last": 0.4,
+        "target_accuracy_last5": 0.45,
+        "oracle_round": 1,
+        "target_accuracy_oracle": 0.6,
+        "target_accuracy_min_idd": 0.55,
+        "min_idd_round": 3,
+        "bytes_up": 1,
+        "bytes_down": 1,
+        "wall_seconds": 1.0,
+        "samples_per_second": 1.0,
+    }
+    lines = format_summary(summary).splitlines()
+    assert "target accuracy (mean of the last 5 evaluated rounds): 45.00" in lines
+    selected = [line for line in lines if "label-free score" in line]
+    assert selected == [
+        "target accuracy (min_idd selected, round 3; the algorithm's label-free score): 55.00"
+    ]

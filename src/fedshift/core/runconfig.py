@@ -219,8 +219,11 @@ def coerce_number(value: Any, number: type, key: str) -> int | float:
 
 
 def coerce_per_domain(value: Any, number: type, key: str) -> int | float | str:
-    """A per-domain key's value: one number, or a ``DOMAIN:NUMBER`` list normalized to
-    ``"a:1,b:2"`` (so files, ``--set`` and a resumed config.json compare equal)."""
+    """A per-domain key's value: one number, or a ``DOMAIN:NUMBER`` list (or a mapping, from
+    Python or a ``--config`` table) normalized to ``"a:1,b:2"`` (so files, ``--set`` and a
+    resumed config.json compare equal)."""
+    if isinstance(value, dict):
+        value = ",".join(f"{domain}:{n}" for domain, n in value.items())
     if isinstance(value, str) and ":" in value:
         items = parse_per_domain(value, number, key)
         return ",".join(f"{domain}:{n}" for domain, n in items.items())

@@ -40,6 +40,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"target accuracy (oracle, round {summary['oracle_round']}; uses target labels): "
         f"{_pct(summary['target_accuracy_oracle'])}",
     ]
+    for key, value in summary.items():  # an algorithm's label-free selection (FACT: min_idd)
+        rule = key.removeprefix("target_accuracy_")
+        if key != rule and rule != "oracle" and f"{rule}_round" in summary:
+            lines.append(
+                f"target accuracy ({rule} selected, round {summary[f'{rule}_round']}; "
+                f"the algorithm's label-free score): {_pct(value)}"
+            )
     if "personalized_accuracy" in summary:
         lines.append(
             f"personalized accuracy: {_pct(summary['personalized_accuracy'])} "
