@@ -236,3 +236,17 @@ def test_result_table_shows_last5_and_the_algorithms_selection():
     assert selected == [
         "target accuracy (min_idd selected, round 3; the algorithm's label-free score): 55.00"
     ]
+
+
+def test_per_domain_counts_survive_config_json_and_resume(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    common = ["--set", "threads=1", "--set", "tracking=none", "--quiet", "--out", out]
+    given = ["--set", "clients_per_domain=mnist: 2, syn:1", "--set", "client_data_fraction=0.1"]
+    code, _, err = cli(["run", "--rounds", "1", *given, *common], capsys)
+    assert code == 0, err
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["clients_per_domain"] == "mnist:2,syn:1"
+    code, _, err = cli(["run", "--resume", "--rounds", "2", *given, *common], capsys)
+    assert code == 0, err
+    code, _, err = cli(["run", "--resume", "--set", "clients_per_domain=mnist:3", *common], capsys)
+    assert code == 2 and "cannot change clients_per_domain" in err
