@@ -33,7 +33,8 @@ def preset_rows() -> list[tuple[str, ...]]:
     rows = [("name", "algorithm", "dataset", "paper", "paper's number")]
     for name in preset_names():
         preset = load_preset(name)
-        paper, result = preset.meta.get("paper", "-"), preset.meta.get("paper_result", "-")
+        paper = preset.meta.get("paper", "-")
+        result = preset.paper_number or preset.meta.get("paper_result", "-")
         rows.append((name, preset.algorithm, preset.dataset, paper, result))
     return rows
 

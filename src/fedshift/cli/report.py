@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fedshift.report.aggregate import csv_text, find_summaries, markdown, table
     from fedshift.report.curves import plot_curves
+    from fedshift.report.paper import paper_lines
     from fedshift.report.selection import has_grid, points_table, selection_markdown
 
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         header, body = table(summaries, args.metric, rows)
         print(markdown(header, body) if args.format == "md" else csv_text(header, body))
+    if args.format == "md":
+        for line in paper_lines(summaries):
+            print(line)
     if args.plot:
         path = plot_curves([s["_run_dir"] for s in summaries], args.plot, args.metric)
         print(f"wrote {path}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 from fedshift.cli.errors import Command, run_again
@@ -64,8 +65,26 @@ def run(args: argparse.Namespace) -> int:
         return 0
     summary, out_dir = run_experiment(cfg, args.out, resume=args.resume, progress=not args.quiet)
     print(format_summary(summary))
+    line = preset_paper_line(cfg.preset, summary)
+    if line:
+        print(line)
     print(f"run directory: {out_dir}")
     return 0
+
+
+def preset_paper_line(preset: str, summary: dict) -> str | None:
+    """The paper's number beside this run's, for a run started from a preset that has one."""
+    from fedshift.presets import load_preset, paper_line
+
+    if not preset or not summary:
+        return None
+    try:
+        loaded = load_preset(preset)
+    except ConfigError:  # a user's preset file moved or changed during the run
+        return None
+    if summary.get("algorithm") != loaded.algorithm:  # the paper's number is not this one's
+        return None
+    return paper_line(loaded.meta, [summary])
 
 
 def print_task(cfg) -> None:
@@ -86,6 +105,8 @@ def print_task(cfg) -> None:
         f"\n# task: {len(info['clients'])} clients; sources {', '.join(info['sources'])}; "
         f"targets {', '.join(info['targets'])}"
     )
+    per_domain = Counter(client["domain"] for client in info["clients"])
+    print("# clients per domain: " + ", ".join(f"{d} {n}" for d, n in per_domain.items()))
     columns = ("id", "name", "domain", "role", "train", "val", "test")
     print_table([columns, *([client[k] for k in columns] for client in info["clients"])])
 

@@ -103,7 +103,9 @@ class RunConfig:
     # where augment=domainbed runs: batched (kornia, whole batches on the run's device), pil
     # (image by image on PIL, as DomainBed); auto: batched on CUDA, pil on the CPU (faster there)
     augment_backend: AugmentBackend = "auto"
-    clients_per_domain: int = 1
+    # clients each domain is split into: one count for every domain, or per domain as
+    # "DOMAIN:N,..." (e.g. "mnist:3,usps:7"; a domain not named gets 1; see per_domain_value)
+    clients_per_domain: int | str = 1
     partition: Partition = "iid"  # how a domain is split among its clients
     dirichlet_alpha: float = 0.5
     ways: int = 3  # partition=nway-kshot: mean classes per client (FedProto's N)
@@ -116,7 +118,9 @@ class RunConfig:
     # ';' separates variants, ',' options, '/' tuple items; clients get variants in blocks
     hetero_models: str = ""
     fraction: float = 1.0  # share of source clients sampled each round (McMahan's C)
-    client_data_fraction: float = 1.0  # share of its train split each client keeps (FPL)
+    # share of its train split each client keeps (FPL): one fraction, or per domain as
+    # "DOMAIN:F,..." (e.g. "mnist:0.03,usps:0.07"; a domain not named keeps all of it)
+    client_data_fraction: float | str = 1.0
     seed: int = 0
     device: str = "auto"
     threads: int = 0  # CPU threads for torch; 0 keeps torch's default
@@ -171,19 +175,96 @@ RUN_KEYS = [f.name for f in dataclasses.fields(RunConfig) if f.name != "algo"]
 
 
 def field_type(cls: type, name: str) -> Any:
-    """The declared type of dataclass field ``name`` (``X | None`` -> ``X``)."""
+    """The declared type of dataclass field ``name`` (``X | None`` -> ``X``; a per-domain
+    union such as ``int | str`` is kept whole, for :func:`coerce`)."""
     hint = typing.get_type_hints(cls)[name]
-    if isinstance(hint, types.UnionType):
+    if isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint):
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     return hint
+
+
+#: the per-domain field types: one number for every domain, or "DOMAIN:NUMBER,..."
+PER_DOMAIN_KINDS = {int | str: int, float | str: float}
+
+
+def parse_per_domain(text: str, number: type, key: str) -> dict[str, int | float]:
+    """``"mnist:3,usps:7"`` -> ``{"mnist": 3, "usps": 7}``; a one-line ConfigError for a
+    malformed item, a repeated domain or a value that is not a ``number``."""
+    values: dict[str, int | float] = {}
+    for item in text.split(","):
+        domain, sep, raw = (part.strip() for part in item.partition(":"))
+        if not sep or not domain or not raw:
+            raise ConfigError(
+                f"{key} {text!r}: item {item.strip()!r} is not DOMAIN:{number.__name__.upper()}"
+                f" (e.g. {key}=mnist:3,usps:7, or one {number.__name__} for every domain)"
+            )
+        if domain in values:
+            raise ConfigError(f"{key} {text!r} names domain {domain!r} twice")
+        values[domain] = coerce_number(raw, number, f"{key} of domain {domain!r}")
+    return values
+
+
+def coerce_number(value: Any, number: type, key: str) -> int | float:
+    """``value`` as an int or float (an int takes no fraction, neither takes a bool)."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        if number is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{key} expects {number.__name__}, got {value!r}") from None
+
+
+def coerce_per_domain(value: Any, number: type, key: str) -> int | float | str:
+    """A per-domain key's value: one number, or a ``DOMAIN:NUMBER`` list (or a mapping, from
+    Python or a ``--config`` table) normalized to ``"a:1,b:2"`` (so files, ``--set`` and a
+    resumed config.json compare equal)."""
+    if isinstance(value, dict):
+        value = ",".join(f"{domain}:{n}" for domain, n in value.items())
+    if isinstance(value, str) and ":" in value:
+        items = parse_per_domain(value, number, key)
+        return ",".join(f"{domain}:{n}" for domain, n in items.items())
+    try:
+        return coerce_number(value, number, key)
+    except ConfigError:
+        kind = number.__name__
+        raise ConfigError(
+            f"{key} expects {kind} or DOMAIN:{kind.upper()},... (e.g. mnist:3,usps:7), "
+            f"got {value!r}"
+        ) from None
+
+
+def per_domain_value(
+    value: int | float | str, key: str, domains: typing.Sequence[str], default: int | float
+) -> dict[str, int | float]:
+    """Every domain of ``domains`` -> its value of per-domain key ``key``: the one number, or
+    the listed one (``default`` for a domain not listed); a listed name that is not one of
+    ``domains`` is a ConfigError naming the valid ones."""
+    if not isinstance(value, str):
+        return dict.fromkeys(domains, value)
+    number = int if isinstance(default, int) else float
+    listed = parse_per_domain(value, number, key)
+    for domain in listed:
+        if domain not in domains:
+            raise ConfigError(
+                f"{key} names unknown domain {domain!r}{did_you_mean(domain, list(domains))}; "
+                f"domains: {', '.join(domains)}"
+            )
+    return {domain: listed.get(domain, default) for domain in domains}
 
 
 def coerce(value: Any, kind: Any, key: str) -> Any:
     """Convert a TOML or command-line value to the field's type, or raise ConfigError.
 
-    ``kind`` is ``bool``, ``int``, ``float``, ``str`` or a ``Literal[...]`` of strings
-    (a choice: any other value is an error naming the choices, as :func:`check_choice`).
+    ``kind`` is ``bool``, ``int``, ``float``, ``str``, a ``Literal[...]`` of strings
+    (a choice: any other value is an error naming the choices, as :func:`check_choice`) or a
+    per-domain union (:data:`PER_DOMAIN_KINDS`, see :func:`coerce_per_domain`).
     """
+    if kind in PER_DOMAIN_KINDS:
+        return coerce_per_domain(value, PER_DOMAIN_KINDS[kind], key)
     if typing.get_origin(kind) is Literal:
         text = str(value)
         check_choice(key, text, typing.get_args(kind))
@@ -276,7 +357,6 @@ def check_run_values(cfg: RunConfig) -> None:
         "rounds",
         "local_epochs",
         "batch_size",
-        "clients_per_domain",
         "eval_every",
         "checkpoint_every",
         "min_clients",
@@ -285,8 +365,7 @@ def check_run_values(cfg: RunConfig) -> None:
             raise ConfigError(f"{key} must be >= 1, got {getattr(cfg, key)}")
     if not 0 < cfg.fraction <= 1:
         raise ConfigError(f"fraction must be in (0, 1], got {cfg.fraction}")
-    if not 0 < cfg.client_data_fraction <= 1:
-        raise ConfigError(f"client_data_fraction must be in (0, 1], got {cfg.client_data_fraction}")
+    check_per_domain_ranges(cfg)
     if cfg.lr <= 0:
         raise ConfigError(f"lr must be > 0, got {cfg.lr}")
     if cfg.momentum < 0 or cfg.weight_decay < 0:
@@ -320,6 +399,27 @@ def check_run_values(cfg: RunConfig) -> None:
         raise ConfigError(f"dp_delta must be in (0, 1), got {cfg.dp_delta}")
     if cfg.dp_min_count < 1:
         raise ConfigError(f"dp_min_count must be >= 1, got {cfg.dp_min_count}")
+
+
+def check_per_domain_ranges(cfg: RunConfig) -> None:
+    """Every client count >= 1 and every data fraction in (0, 1], per domain or not (the
+    domain names are checked against the dataset where the clients are made)."""
+    counts = cfg.clients_per_domain
+    for domain, count in per_domain_items(counts, int, "clients_per_domain"):
+        if count < 1:
+            raise ConfigError(f"clients_per_domain{domain} must be >= 1, got {count}")
+    fractions = cfg.client_data_fraction
+    for domain, fraction in per_domain_items(fractions, float, "client_data_fraction"):
+        if not 0 < fraction <= 1:
+            raise ConfigError(f"client_data_fraction{domain} must be in (0, 1], got {fraction}")
+
+
+def per_domain_items(value: Any, number: type, key: str) -> list[tuple[str, Any]]:
+    """``(" of domain 'd'", value)`` per listed domain, or ``("", value)`` for one number."""
+    if isinstance(value, str):
+        items = parse_per_domain(value, number, key).items()
+        return [(f" of domain {domain!r}", n) for domain, n in items]
+    return [("", value)]
 
 
 def listed_domains(text: str, names: list[str], dataset: str, noun: str = "domain") -> list[str]:

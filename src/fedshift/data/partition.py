@@ -4,6 +4,7 @@ or FedDG-Benchmark's heterogeneity partition, whose clients mix domains."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -258,11 +259,35 @@ def _heterogeneity(
     return specs
 
 
+def domain_client_counts(
+    clients_per_domain: int | Mapping[str, int], domains: list[str], valid: list[str]
+) -> dict[str, int]:
+    """Each of ``domains`` -> its client count (>= 1); a mapping naming a domain outside
+    ``valid`` (the dataset's domains) is a DatasetError. A valid domain the mapping names but
+    ``domains`` leaves out (a held-out target) is ignored, so one mapping serves every target."""
+    if isinstance(clients_per_domain, Mapping):
+        unknown = [d for d in clients_per_domain if d not in valid]
+        if unknown:
+            raise DatasetError(
+                f"clients_per_domain names unknown domain {unknown[0]!r}; domains: "
+                f"{', '.join(valid)}"
+            )
+        counts = {d: clients_per_domain.get(d, 1) for d in domains}
+    else:
+        counts = dict.fromkeys(domains, clients_per_domain)
+    for d, k in counts.items():
+        if isinstance(k, bool) or int(k) != k:
+            raise DatasetError(f"clients_per_domain must be an integer, got {k!r} for {d!r}")
+        if k < 1:
+            raise DatasetError(f"clients_per_domain must be >= 1, got {k} for {d!r}")
+    return {d: int(k) for d, k in counts.items()}
+
+
 def partition_domains(
     dataset: DomainDataset,
     domains: list[str],
     *,
-    clients_per_domain: int = 1,
+    clients_per_domain: int | Mapping[str, int] = 1,
     scheme: str = "iid",
     alpha: float = 0.5,
     seed: int = 0,
@@ -274,7 +299,9 @@ def partition_domains(
     stdev: int = 2,
     heterogeneity_lambda: float = 0.1,
 ) -> list[ClientSpec]:
-    """Make ``clients_per_domain`` clients for each domain in ``domains`` (in that order).
+    """Make ``clients_per_domain`` clients for each domain in ``domains`` (in that order);
+    a mapping gives each domain its own count (FPL's 3/7/6/4 Digits allocation), 1 for a
+    domain it leaves out.
 
     ``scheme="iid"`` shuffles each split and divides it evenly. ``scheme="dirichlet"`` gives
     each client, per class, a Dirichlet(``alpha``) share of the domain's train samples (retrying
@@ -304,11 +331,7 @@ def partition_domains(
         )
     if role not in ROLES:
         raise DatasetError(f"unknown client role {role!r}; expected one of: {', '.join(ROLES)}")
-    if isinstance(clients_per_domain, bool) or int(clients_per_domain) != clients_per_domain:
-        raise DatasetError(f"clients_per_domain must be an integer, got {clients_per_domain!r}")
-    k = int(clients_per_domain)
-    if k < 1:
-        raise DatasetError(f"clients_per_domain must be >= 1, got {k}")
+    counts = domain_client_counts(clients_per_domain, domains, dataset.domain_names)
     if not alpha > 0:
         raise DatasetError(f"dirichlet alpha must be > 0, got {alpha}")
     if min_samples < 0:
@@ -323,7 +346,7 @@ def partition_domains(
         return _heterogeneity(
             dataset,
             domains,
-            k * len(domains),
+            sum(counts.values()),
             float(heterogeneity_lambda),
             seed,
             role,
@@ -334,6 +357,7 @@ def partition_domains(
     for d in domains:
         dom = dataset.domain(d)
         n_train = len(dom.train)
+        k = counts[d]
         if k > n_train:
             raise DatasetError(f"domain {d!r} has {n_train} train samples, too few for {k} clients")
         rng = _domain_rng(seed, d)

@@ -3,8 +3,10 @@ a seed paper (dataset, protocol, backbone, rounds, optimizer, the method's hyper
 
 A preset file holds run keys at the top level (as a ``--config`` file), an ``[algo]`` table
 of the algorithm's hyperparameters and a ``[preset]`` table describing the experiment:
-``paper``, ``setting``, ``paper_result`` (the number the paper reports and where) and
-``deviations`` (where fedshift's keys cannot express the paper's setting). Run one with
+``paper``, ``setting``, ``paper_result`` (the number the paper reports and where),
+``deviations`` (where fedshift's keys cannot express the paper's setting) and, where the
+number was found in a verifiable copy, ``paper_value`` (percent), ``paper_metric`` (the
+fedshift summary key it compares to) and ``paper_source`` (table and paper). Run one with
 ``fedshift run --preset NAME`` (or a path to your own file); its settings lie below the
 ``--config`` file, the flags and ``--set``. This module only reads and checks the files'
 shape and run-key names; :func:`fedshift.config.check_preset` checks their values against
@@ -28,7 +30,25 @@ PRESET_DIR = Path(__file__).parent
 #: run keys a preset file cannot set: they record which preset a run started from
 RECORD_KEYS = ("preset", "preset_sha256")
 #: keys of a preset file's ``[preset]`` table -> whether a shipped preset must have it
-META_KEYS = {"paper": True, "setting": True, "paper_result": True, "deviations": False}
+META_KEYS = {
+    "paper": True,
+    "setting": True,
+    "paper_result": True,
+    "deviations": False,
+    "paper_value": False,
+    "paper_metric": False,
+    "paper_source": False,
+}
+#: the structured paper number: all three keys or none
+PAPER_NUMBER_KEYS = ("paper_value", "paper_metric", "paper_source")
+#: fedshift summary keys a paper's number may be compared to
+PAPER_METRICS = (
+    "target_accuracy",
+    "target_accuracy_last",
+    "target_accuracy_last5",
+    "target_accuracy_min_idd",
+    "personalized_accuracy",
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +72,38 @@ class Preset:
     @property
     def dataset(self) -> str:
         return str(self.settings.get("dataset", "digits-dg"))
+
+    @property
+    def paper_number(self) -> str | None:
+        """``"92.9 % target_accuracy_min_idd (FACT, Table 1, ...)"``, or None when the
+        paper's number was not found."""
+        return paper_number(self.meta)
+
+
+def paper_number(meta: dict[str, Any]) -> str | None:
+    """The structured paper number of a ``[preset]`` table as one phrase, or None."""
+    if "paper_value" not in meta:
+        return None
+    return f"{meta['paper_value']:g} % {meta['paper_metric']} ({meta['paper_source']})"
+
+
+def paper_line(meta: dict[str, Any], summaries: list[dict[str, Any]]) -> str | None:
+    """The paper's number beside fedshift's, each with its metric, e.g. ``paper: 92.9 %
+    (FACT, Table 1, ...) · fedshift: 81.2 % target_accuracy_min_idd (1 run, seed 0)``; over
+    several runs fedshift's is their mean. None when the preset has no structured number."""
+    if "paper_value" not in meta:
+        return None
+    metric = meta["paper_metric"]
+    scored = [s for s in summaries if isinstance(s.get(metric), int | float)]
+    ours = f"{100 * sum(s[metric] for s in scored) / len(scored):.1f} %" if scored else "n/a"
+    seeds = ", ".join(str(s.get("seed", "?")) for s in scored)
+    runs = f"1 run, seed {seeds}" if len(scored) == 1 else f"mean of {len(scored)} runs"
+    if len(scored) > 1:
+        runs += f", seeds {seeds}"
+    return (
+        f"paper: {meta['paper_value']:g} % ({meta['paper_source']}) · fedshift: {ours} "
+        f"{metric} ({runs})"
+    )
 
 
 def preset_names() -> list[str]:
@@ -124,7 +176,16 @@ def load_preset(ref: str | os.PathLike) -> Preset:
 
 
 def check_meta(path: Path, table: dict[str, Any]) -> dict[str, Any]:
-    """The ``[preset]`` table: known keys, strings (``deviations`` a list of strings)."""
+    """The ``[preset]`` table: known keys, strings (``deviations`` a list of strings,
+    ``paper_value`` a percentage, ``paper_metric`` a summary key; the three paper-number keys
+    together or not at all)."""
+    given = [key for key in PAPER_NUMBER_KEYS if key in table]
+    if given and len(given) < len(PAPER_NUMBER_KEYS):
+        missing = ", ".join(f"preset.{key}" for key in PAPER_NUMBER_KEYS if key not in table)
+        raise ConfigError(
+            f"preset file {path}: {', '.join(f'preset.{k}' for k in given)} needs {missing} "
+            "too (the paper's number, the summary key it compares to, and its source)"
+        )
     for key, value in table.items():
         if key not in META_KEYS:
             raise ConfigError(
@@ -134,6 +195,23 @@ def check_meta(path: Path, table: dict[str, Any]) -> dict[str, Any]:
         if key == "deviations":
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"preset file {path}: 'preset.deviations' must be strings")
+        elif key == "paper_value":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(
+                    f"preset file {path}: 'preset.paper_value' must be a number (percent), "
+                    f"got {value!r}"
+                )
+            if not 0 <= value <= 100:
+                raise ConfigError(
+                    f"preset file {path}: 'preset.paper_value' is a percentage in [0, 100], "
+                    f"got {value}"
+                )
+        elif key == "paper_metric" and value not in PAPER_METRICS:
+            raise ConfigError(
+                f"preset file {path}: unknown preset.paper_metric {value!r}"
+                f"{did_you_mean(str(value), list(PAPER_METRICS))}; choose one of: "
+                f"{', '.join(PAPER_METRICS)}"
+            )
         elif not isinstance(value, str):
             raise ConfigError(f"preset file {path}: 'preset.{key}' must be a string")
     return dict(table)

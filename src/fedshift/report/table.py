@@ -35,9 +35,18 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"target accuracy (source-val selected, round {summary['selected_round']}): "
         f"{_pct(summary['target_accuracy'])}",
         f"target accuracy (last round): {_pct(summary['target_accuracy_last'])}",
+        f"target accuracy (mean of the last 5 evaluated rounds): "
+        f"{_pct(summary.get('target_accuracy_last5'))}",
         f"target accuracy (oracle, round {summary['oracle_round']}; uses target labels): "
         f"{_pct(summary['target_accuracy_oracle'])}",
     ]
+    for key, value in summary.items():  # an algorithm's label-free selection (FACT: min_idd)
+        rule = key.removeprefix("target_accuracy_")
+        if key != rule and rule != "oracle" and f"{rule}_round" in summary:
+            lines.append(
+                f"target accuracy ({rule} selected, round {summary[f'{rule}_round']}; "
+                f"the algorithm's label-free score): {_pct(value)}"
+            )
     if "personalized_accuracy" in summary:
         lines.append(
             f"personalized accuracy: {_pct(summary['personalized_accuracy'])} "

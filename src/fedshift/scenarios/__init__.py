@@ -7,7 +7,7 @@ with its ``PROTOCOL`` record plus one line here.
 
 from __future__ import annotations
 
-from fedshift.core.runconfig import RunConfig, check_choice
+from fedshift.core.runconfig import RunConfig, check_choice, per_domain_value
 from fedshift.data.domains import DomainDataset
 from fedshift.scenarios import lodo, msst, per_domain, personalized
 from fedshift.scenarios.per_domain import keep_train_fraction
@@ -30,10 +30,13 @@ def get_protocol(name: str) -> Protocol:
 
 def build_scenario(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> Scenario:
     """Build the federated task of ``cfg.protocol``, each client keeping
-    ``cfg.client_data_fraction`` of its training share; ``pooled`` merges the labeled clients
-    into one (the centralized reference)."""
+    ``cfg.client_data_fraction`` (its domain's, when given per domain) of its training share;
+    ``pooled`` merges the labeled clients into one (the centralized reference)."""
     task = get_protocol(cfg.protocol).build(cfg, dataset)
-    task.clients = keep_train_fraction(task.clients, cfg.client_data_fraction, cfg.seed)
+    fractions = per_domain_value(
+        cfg.client_data_fraction, "client_data_fraction", dataset.domain_names, 1.0
+    )
+    task.clients = keep_train_fraction(task.clients, fractions, cfg.seed)
     if pooled:
         task.clients = [pool_clients(task.clients, "+".join(task.sources))]
     return task

@@ -9,6 +9,7 @@ reproduces (run key ``client_data_fraction``, usable with any protocol).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import RunConfig, listed_domains
@@ -44,9 +45,10 @@ def build_per_domain(cfg: RunConfig, dataset: DomainDataset) -> Scenario:
 
 
 def keep_train_fraction(
-    clients: list[ClientShard], fraction: float, seed: int
+    clients: list[ClientShard], fraction: float | Mapping[str, float], seed: int
 ) -> list[ClientShard]:
-    """Each client keeps a seeded random ``fraction`` of its training share.
+    """Each client keeps a seeded random ``fraction`` of its training share (a mapping: its
+    domain's fraction, all of it for a domain the mapping leaves out).
 
     FPL's Digits setting trains every client on a few percent of a domain (its
     ``percent_dict``); here the fraction applies to the client's share after partitioning, so
@@ -54,14 +56,18 @@ def keep_train_fraction(
     validation and test shares are untouched. Each client's draw depends only on
     ``(seed, client_id)``.
     """
-    if not 0 < fraction <= 1:
-        raise ConfigError(f"client_data_fraction must be in (0, 1], got {fraction}")
-    if fraction == 1:
-        return clients
+    fractions = fraction if isinstance(fraction, Mapping) else None
+    for value in fractions.values() if fractions is not None else [fraction]:
+        if not 0 < value <= 1:
+            raise ConfigError(f"client_data_fraction must be in (0, 1], got {value}")
     kept = []
     for client in clients:
+        share = fractions.get(client.domain, 1.0) if fractions is not None else fraction
+        if share == 1:
+            kept.append(client)
+            continue
         n = len(client.train)
-        keep = min(n, max(2, round(fraction * n)))
+        keep = min(n, max(2, round(share * n)))
         rng = numpy_generator(seed, "client-data-fraction", client.client_id)
         idx = sorted(int(i) for i in rng.choice(n, size=keep, replace=False))
         kept.append(dataclasses.replace(client, train=client.train.subset(idx)))

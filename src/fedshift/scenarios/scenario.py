@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedshift.core.errors import ConfigError, DatasetError
-from fedshift.core.runconfig import RunConfig, listed_domains
+from fedshift.core.runconfig import RunConfig, listed_domains, per_domain_value
 from fedshift.core.split import Split, concat_splits
 from fedshift.data.domains import DomainDataset
 from fedshift.data.partition import partition_domains
@@ -122,7 +122,9 @@ def partition_sources(cfg: RunConfig, dataset: DomainDataset, sources: list[str]
         return partition_domains(
             dataset,
             sources,
-            clients_per_domain=cfg.clients_per_domain,
+            clients_per_domain=per_domain_value(
+                cfg.clients_per_domain, "clients_per_domain", dataset.domain_names, 1
+            ),
             scheme=cfg.partition,
             alpha=cfg.dirichlet_alpha,
             ways=cfg.ways,

@@ -26,7 +26,14 @@ from fedshift.engine.assembly import Experiment, prepare
 from fedshift.engine.federation import BaseFederation
 from fedshift.engine.run.evaluation import evaluate, personal_eval_every
 from fedshift.engine.run.rundir import check_run_dir, claim_run_dir, settle_run_dir
-from fedshift.engine.run.selection import LAST, ORACLE, SOURCE_VAL, score_selection, select
+from fedshift.engine.run.selection import (
+    LAST,
+    ORACLE,
+    SOURCE_VAL,
+    mean_of_last,
+    score_selection,
+    select,
+)
 from fedshift.engine.run.tracking import Tracking
 from fedshift.engine.simulation.dispatch import SimulationFederation
 
@@ -258,6 +265,7 @@ class Runner:
         chosen = select(history, SOURCE_VAL)
         last = select(history, LAST)
         oracle = select(history, ORACLE)
+        last_mean = mean_of_last(history)
         summary = {
             "algorithm": cfg.algorithm,
             "dataset": cfg.dataset,
@@ -269,11 +277,13 @@ class Runner:
             "target_accuracy": chosen["target_accuracy"],
             "selected_round": chosen["round"],
             "target_accuracy_last": last["target_accuracy"],
+            "target_accuracy_last5": last_mean["target_accuracy"],
             "target_accuracy_oracle": oracle["target_accuracy"],
             "oracle_round": oracle["round"],
             "source_val_accuracy": chosen["source_val_accuracy"],
             "per_domain_accuracy": chosen["per_domain_accuracy"],
             "per_domain_accuracy_last": last["per_domain_accuracy"],
+            "per_domain_accuracy_last5": last_mean["per_domain_accuracy"],
             "bytes_up": self.fed.bytes_up,
             "bytes_down": self.fed.bytes_down,
             "bytes_per_round": (self.fed.bytes_up + self.fed.bytes_down) / max(cfg.rounds, 1),

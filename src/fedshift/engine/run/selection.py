@@ -66,6 +66,26 @@ def score_selection(name: str, lower_is_better: bool = True) -> BestRound:
     return BestRound(name, "selection_score", higher_is_better=not lower_is_better, required=False)
 
 
+#: how many final evaluated rounds ``target_accuracy_last5`` averages (FPL's reported metric)
+LAST_ROUNDS_MEAN = 5
+
+
+def mean_of_last(history: History, n: int = LAST_ROUNDS_MEAN) -> dict:
+    """``target_accuracy`` and ``per_domain_accuracy`` averaged over the last ``n`` evaluated
+    rounds (fewer when the run evaluated fewer): FPL reports this mean, not one round."""
+    rounds = evaluated(history)[-n:]
+    if not rounds:
+        raise ValueError("no evaluated round in the history for the mean of the last rounds")
+    domains = rounds[-1].get("per_domain_accuracy") or {}
+    return {
+        "rounds": len(rounds),
+        "target_accuracy": sum(h["target_accuracy"] for h in rounds) / len(rounds),
+        "per_domain_accuracy": {
+            d: sum(h["per_domain_accuracy"][d] for h in rounds) / len(rounds) for d in domains
+        },
+    }
+
+
 def select(history: History, rule: LastRound | BestRound) -> dict:
     """The round ``rule`` picks; a history without an evaluated round is an error."""
     picked = rule.pick(history)
