@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from fedshift.algorithms import REGISTRY, get_algorithm
+from fedshift.core.bounded import read_toml_bounded
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
@@ -90,10 +90,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    data = read_toml_bounded(path, ConfigError)
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if key == "algo":
