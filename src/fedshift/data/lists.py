@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,6 +25,31 @@ from fedshift.data.formats.images import image_files, read_image
 
 Entry = tuple[Path, int]
 SPLITS = ("train", "val", "test")
+
+
+#: the most digits a list's label may have (a label is a class index)
+MAX_LABEL_DIGITS = 9
+
+
+def list_lines(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """``(where, [relative path, label text])`` of each non-empty line of a split list; a
+    file that is not UTF-8 text, a NUL byte, a line without a label or a label of more than
+    :data:`MAX_LABEL_DIGITS` digits raises DatasetError naming the list and line."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                parts = line.rsplit(maxsplit=1)
+                if not parts:
+                    continue
+                where = f"{path.name} line {number}"
+                if "\x00" in line:
+                    raise DatasetError(f"{where}: holds a NUL byte")
+                label = parts[-1].removeprefix("-")
+                if len(parts) != 2 or not label.isdigit() or len(label) > MAX_LABEL_DIGITS:
+                    raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
+                yield where, parts
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"split list {path} is not UTF-8 text (byte {exc.start})") from None
 
 
 def read_split_list(
@@ -48,34 +73,27 @@ def read_split_list(
         raise DatasetError(f"missing split list {path}{expected}")
     known = set(classes)
     entries = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            parts = line.rsplit(maxsplit=1)
-            if not parts:
+    for where, parts in list_lines(path):
+        relative, label = parts[0].strip(), int(parts[1]) - label_base
+        folder = Path(relative).parent.name
+        if keep is not None:
+            if folder not in keep:
                 continue
-            where = f"{path.name} line {number}"
-            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
-            relative, label = parts[0].strip(), int(parts[1]) - label_base
-            folder = Path(relative).parent.name
-            if keep is not None:
-                if folder not in keep:
-                    continue
-                label = keep[folder]
-            elif not 0 <= label < len(classes):
-                raise DatasetError(
-                    f"{where}: label {label + label_base} is not in "
-                    f"{label_base}..{len(classes) - 1 + label_base}"
-                )
-            elif folder in known and folder != classes[label]:
-                raise DatasetError(
-                    f"{where}: label {label + label_base} ({classes[label]}) but the image is "
-                    f"in folder {folder!r}"
-                )
-            image = inside(images, relative, where)
-            if not image.is_file():
-                raise DatasetError(f"{where} names a missing file {image}")
-            entries.append((image, label))
+            label = keep[folder]
+        elif not 0 <= label < len(classes):
+            raise DatasetError(
+                f"{where}: label {label + label_base} is not in "
+                f"{label_base}..{len(classes) - 1 + label_base}"
+            )
+        elif folder in known and folder != classes[label]:
+            raise DatasetError(
+                f"{where}: label {label + label_base} ({classes[label]}) but the image is "
+                f"in folder {folder!r}"
+            )
+        image = inside(images, relative, where)
+        if not image.is_file():
+            raise DatasetError(f"{where} names a missing file {image}")
+        entries.append((image, label))
     return entries
 
 
@@ -104,29 +122,24 @@ def list_classes(paths: Sequence[Path], *, label_base: int = 0) -> list[str]:
     for path in paths:
         if not path.is_file():
             raise DatasetError(f"missing split list {path}")
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                parts = line.rsplit(maxsplit=1)
-                if not parts:
-                    continue
-                where = f"{path.name} line {number}"
-                if len(parts) != 2 or not parts[1].isdigit():
-                    raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
-                label = int(parts[1]) - label_base
-                folder = Path(parts[0]).parent.name
-                if label < 0:
-                    raise DatasetError(f"{where}: label {parts[1]} is below {label_base}")
-                if names.setdefault(label, folder) != folder:
-                    raise DatasetError(
-                        f"{where}: label {parts[1]} is class {names[label]!r} "
-                        f"elsewhere but the image is in folder {folder!r}"
-                    )
-                if labels.setdefault(folder, label) != label:
-                    raise DatasetError(
-                        f"{where}: label {parts[1]} for folder {folder!r}, which is label "
-                        f"{labels[folder] + label_base} at {first_use[labels[folder]]}"
-                    )
-                first_use.setdefault(label, where)
+        for where, parts in list_lines(path):
+            if parts[1].startswith("-"):
+                raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
+            label = int(parts[1]) - label_base
+            folder = Path(parts[0]).parent.name
+            if label < 0:
+                raise DatasetError(f"{where}: label {parts[1]} is below {label_base}")
+            if names.setdefault(label, folder) != folder:
+                raise DatasetError(
+                    f"{where}: label {parts[1]} is class {names[label]!r} "
+                    f"elsewhere but the image is in folder {folder!r}"
+                )
+            if labels.setdefault(folder, label) != label:
+                raise DatasetError(
+                    f"{where}: label {parts[1]} for folder {folder!r}, which is label "
+                    f"{labels[folder] + label_base} at {first_use[labels[folder]]}"
+                )
+            first_use.setdefault(label, where)
     if not names:
         raise DatasetError(f"the split lists {', '.join(p.name for p in paths)} name no image")
     unused = sorted(set(range(max(names) + 1)) - set(names))
