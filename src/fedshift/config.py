@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import logging
-import tomllib
+import os
 from pathlib import Path
 from typing import Any
 
 from fedshift.algorithms import REGISTRY, get_algorithm
+from fedshift.core.bounded import read_toml_bounded
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
@@ -30,6 +31,7 @@ from fedshift.core.runconfig import (
 from fedshift.core.runfiles import RunFiles
 from fedshift.data.catalog import CATALOG, check_dataset
 from fedshift.models.registry import SEGMENTATION_MODELS
+from fedshift.plugins import is_import_path
 from fedshift.presets import Preset, load_preset
 from fedshift.scenarios import PROTOCOLS, get_protocol
 
@@ -90,10 +92,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    data = read_toml_bounded(path, ConfigError)
     flat: dict[str, Any] = {}
     for key, value in data.items():
         if key == "algo":
@@ -163,17 +162,61 @@ def check_problem(cfg: RunConfig, algorithm: type) -> None:
         raise ConfigError(f"model {cfg.model!r} segments images; use it with problem=segmentation")
 
 
-def resolve(file: str | None, flags: dict[str, Any], sets: list[str]) -> RunConfig:
+#: run keys whose value may be an import path ``package.module:attribute`` (code is imported)
+IMPORT_KEYS = ("algorithm", "model")
+#: the environment variable that lets files (presets, ``--config``, a saved config.json) name
+#: import paths, as ``--allow-imports`` does
+ALLOW_IMPORTS_ENV = "FEDSHIFT_ALLOW_IMPORTS"
+
+
+def imports_allowed(allow_imports: bool = False) -> bool:
+    """Whether files may name import paths: ``--allow-imports`` or ``FEDSHIFT_ALLOW_IMPORTS=1``."""
+    return allow_imports or os.environ.get(ALLOW_IMPORTS_ENV, "") not in ("", "0")
+
+
+def _import_key(key: str) -> str:
+    """The run key ``key`` stands for (old names and aliases), without a warning."""
+    return KEY_ALIASES.get(key, RENAMED_KEYS.get(key, key))
+
+
+def refuse_file_imports(settings: dict[str, Any], given_later: set[str], where: str) -> None:
+    """A ConfigError when ``settings`` read from a file (``where``) name an import path for a
+    key that imports code and that no later layer (``given_later``) overrides: a file a user
+    was sent must not run code; the command line or the opt-in may."""
+    for key, value in settings.items():
+        key = _import_key(key)
+        if key in IMPORT_KEYS and key not in given_later and isinstance(value, str):
+            if is_import_path(value):
+                raise ConfigError(
+                    f"{where} sets {key}={value!r}, an import path, and files may not import "
+                    f"code; give --{key} {value} on the command line, or allow it with "
+                    f"--allow-imports or {ALLOW_IMPORTS_ENV}=1"
+                )
+
+
+def resolve(
+    file: str | None, flags: dict[str, Any], sets: list[str], *, allow_imports: bool = False
+) -> RunConfig:
     """Defaults < preset < TOML file < flags < --set; unknown keys and bad values raise
     ConfigError. A ``preset`` key (``--preset``) given at any of those levels brings in the
-    preset's settings as the lowest layer (see :func:`with_preset`)."""
+    preset's settings as the lowest layer (see :func:`with_preset`). An import path for
+    ``algorithm`` or ``model`` may come from ``flags`` and ``sets`` (the command line or the
+    Python API), from the file or the preset only with ``allow_imports`` (or
+    ``FEDSHIFT_ALLOW_IMPORTS=1``)."""
+    allowed = imports_allowed(allow_imports)
     settings: dict[str, Any] = {}
+    command_line = {k: v for k, v in flags.items() if v is not None}
+    command_line.update(parse_set(sets))
+    given = {_import_key(k) for k in command_line}
     if file:
         settings.update(read_toml(file))
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    settings.update(parse_set(sets))
+        if not allowed:
+            refuse_file_imports(settings, given, f"config file {file}")
+    settings.update(command_line)
     preset = load_preset(str(settings["preset"])) if settings.get("preset") else None
     if preset is not None:
+        if not allowed:  # the preset's own settings are checked too, whatever overrides them
+            refuse_file_imports(preset.settings, set(), f"preset file {preset.path}")
         settings = with_preset(preset, settings)
     cfg = _resolve_settings(settings)
     cfg.preset_sha256 = preset.sha256 if preset is not None else ""
@@ -243,23 +286,36 @@ def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
 
 
 def resolve_resume(
-    run_dir: str | Path, file: str | None, flags: dict[str, Any], sets: list[str]
+    run_dir: str | Path,
+    file: str | None,
+    flags: dict[str, Any],
+    sets: list[str],
+    *,
+    allow_imports: bool = False,
 ) -> RunConfig:
     """The config of the run in ``run_dir``, so ``--resume`` needs no repeated flags.
 
     Settings given anyway (file, flags, ``--set``) must agree with the saved ones, except
     ``device``, ``threads``, ``tracking`` and a larger ``rounds`` (which extends a finished run); a
-    contradiction is a ConfigError naming the key.
+    contradiction is a ConfigError naming the key. A saved import path (``algorithm`` or
+    ``model``) must be given again on the command line, or allowed (``allow_imports``).
     """
     saved = saved_run_config(run_dir)
+    command_line = {k: v for k, v in flags.items() if v is not None}
+    command_line.update(parse_set(sets))
+    allowed = imports_allowed(allow_imports)
+    if not allowed:
+        where = f"the saved config of the run in {run_dir}"
+        refuse_file_imports(saved, {_import_key(k) for k in command_line}, where)
     cfg = RunConfig()
     apply_settings(cfg, {k: v for k, v in saved.items() if k not in ("run_info", "algo")})
     cfg.algo = dict(saved.get("algo") or {})
     settings: dict[str, Any] = {}
     if file:
         settings.update(read_toml(file))
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    settings.update(parse_set(sets))
+        if not allowed:
+            refuse_file_imports(settings, set(command_line), f"config file {file}")
+    settings.update(command_line)
     settings = {renamed(k): v for k, v in settings.items()}
     given = RunConfig(algorithm=cfg.algorithm, algo=dict(cfg.algo))
     apply_settings(given, {k: v for k, v in settings.items() if not k.startswith("algo.")})

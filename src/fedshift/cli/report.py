@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from fedshift.cli.errors import Command
 from fedshift.cli.run import csv
@@ -21,19 +20,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["md", "csv"], default="md")
     parser.add_argument(
         "--plot",
-        help="also write per-round curves of --metric (mean ± std over seeds) to this PNG; "
+        help="also write per-round curves of --metric (mean ± std over seeds) to this figure "
+        "(.png, .pdf, .svg, .jpg); "
         "a summary figure such as target_accuracy_last draws its per-round metric",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from fedshift.report.aggregate import csv_text, find_summaries, markdown, table
-    from fedshift.report.curves import plot_curves
+    from fedshift.report.curves import check_figure_path, plot_curves
     from fedshift.report.paper import paper_lines
     from fedshift.report.selection import has_grid, points_table, selection_markdown
 
-    if args.plot and not Path(args.plot).resolve().parent.is_dir():
-        raise ConfigError(f"--plot {args.plot}: folder {Path(args.plot).parent} does not exist")
+    if args.plot:
+        check_figure_path(args.plot, "--plot")
     summaries = find_summaries(args.paths)
     if not summaries:
         raise ConfigError(f"no summary.json under {', '.join(args.paths)}")

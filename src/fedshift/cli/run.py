@@ -31,6 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
+        "--allow-imports",
+        action="store_true",
+        dest="allow_imports",
+        help="let the --config file, the preset or the resumed run's config.json name an "
+        "import path (algorithm/model package.module:name); off by default, as "
+        "FEDSHIFT_ALLOW_IMPORTS=1",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         dest="dry_run",
@@ -57,9 +65,11 @@ def run(args: argparse.Namespace) -> int:
     flags = flag_values(args)
     if args.resume and args.out:
         check_run_dir(Path(args.out), resume=True)  # before its config.json is read
-        cfg = resolve_resume(args.out, args.config, flags, args.set)
+        cfg = resolve_resume(
+            args.out, args.config, flags, args.set, allow_imports=args.allow_imports
+        )
     else:
-        cfg = resolve(args.config, flags, args.set)
+        cfg = resolve(args.config, flags, args.set, allow_imports=args.allow_imports)
     if args.dry_run:
         print_task(cfg)
         return 0

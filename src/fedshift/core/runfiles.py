@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedshift.core.bounded import parse_json, read_json_bounded
 from fedshift.core.errors import CheckpointError
 from fedshift.core.state import has_checkpoint, load_checkpoint, write_text_atomically
 
@@ -53,11 +54,11 @@ SUMMARY_KEYS = ("algorithm", "target", "seed")
 def read_json_file(path: str | os.PathLike) -> dict[str, Any] | None:
     """A JSON object from ``path``, or None (one warning line) when it is unreadable or
     half-written; a missing file is None without a warning."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
+    if not Path(path).exists():
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    try:
+        data = read_json_bounded(path, CheckpointError)
+    except CheckpointError as exc:
         log.warning("skipping %s: unreadable or half-written (%s)", path, exc)
         return None
     if not isinstance(data, dict):
@@ -68,10 +69,7 @@ def read_json_file(path: str | os.PathLike) -> dict[str, Any] | None:
 
 def load_json_object(path: str | os.PathLike) -> dict[str, Any]:
     """A JSON object from ``path``; anything else is a CheckpointError naming the file."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"cannot read {path}: {exc}") from None
+    data = read_json_bounded(path, CheckpointError)
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} does not hold a JSON object")
     return data
@@ -156,10 +154,10 @@ class RunFiles:
         if not self.metrics.is_file():
             return []
         rows = []
-        for line in self.metrics.read_text().splitlines():
+        for line in self.metrics.read_text(errors="replace").splitlines():
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
+                row = parse_json(line, CheckpointError, str(self.metrics))
+            except CheckpointError:
                 continue
             if isinstance(row, dict):
                 rows.append(row)
@@ -168,11 +166,11 @@ class RunFiles:
     def saved_config(self) -> dict[str, Any]:
         """The config the run was started with: ``config.json``, else its checkpoint's."""
         try:
-            saved = json.loads(self.config.read_text())
+            saved = read_json_bounded(self.config, CheckpointError)
             if isinstance(saved, dict):
                 return saved
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            pass
+        except CheckpointError as exc:
+            log.warning("%s; reading the config from the checkpoint", exc)
         if not self.has_checkpoint():
             raise CheckpointError(f"cannot resume: no {CHECKPOINT} in {self.root}")
         return dict(load_checkpoint(self.checkpoint)["config"])

@@ -57,6 +57,8 @@ CHECKPOINT_FORMAT = "fedshift-checkpoint-v1"
 #: last bytes of a hash-checked checkpoint: ``MAGIC + <64 hex digits of sha256> + b"\n"``
 MAGIC = b"\nFEDSHIFT-CKPT sha256="
 TRAILER_SIZE = len(MAGIC) + 64 + 1
+#: the largest checkpoint file read (a bound far above any run's state, against a wrong path)
+MAX_CHECKPOINT_BYTES = 32 << 30
 #: a plain ``torch.save`` file (an older, unhashed checkpoint) is a zip archive: it starts
 #: with a local file header and ends with the end-of-central-directory record (22 bytes)
 ZIP_START, ZIP_END, ZIP_END_SIZE = b"PK\x03\x04", b"PK\x05\x06", 22
@@ -188,7 +190,13 @@ def _is_good_checkpoint(path: Path) -> bool:
 
 
 def _verified_payload(path: Path) -> bytes:
-    """The payload of a checkpoint file after checking its hash (or an older unhashed file)."""
+    """The payload of a checkpoint file after checking its hash (or an older unhashed file);
+    a file above :data:`MAX_CHECKPOINT_BYTES` is refused before it is read."""
+    size = path.stat().st_size
+    if size > MAX_CHECKPOINT_BYTES:
+        raise CheckpointError(
+            f"checkpoint {path} is {size:,} bytes, above the {MAX_CHECKPOINT_BYTES:,}-byte bound"
+        )
     data = path.read_bytes()
     payload, trailer = data[:-TRAILER_SIZE], data[-TRAILER_SIZE:]
     if not (trailer.startswith(MAGIC) and trailer.endswith(b"\n")):

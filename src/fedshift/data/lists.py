@@ -27,6 +27,31 @@ Entry = tuple[Path, int]
 SPLITS = ("train", "val", "test")
 
 
+#: the most digits a list's label may have (a label is a class index)
+MAX_LABEL_DIGITS = 9
+
+
+def list_lines(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """``(where, [relative path, label text])`` of each non-empty line of a split list; a
+    file that is not UTF-8 text, a NUL byte, a line without a label or a label of more than
+    :data:`MAX_LABEL_DIGITS` digits raises DatasetError naming the list and line."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                parts = line.rsplit(maxsplit=1)
+                if not parts:
+                    continue
+                where = f"{path.name} line {number}"
+                if "\x00" in line:
+                    raise DatasetError(f"{where}: holds a NUL byte")
+                label = parts[-1].removeprefix("-")
+                if len(parts) != 2 or not label.isdigit() or len(label) > MAX_LABEL_DIGITS:
+                    raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
+                yield where, parts
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"split list {path} is not UTF-8 text (byte {exc.start})") from None
+
+
 def read_split_list(
     path: Path,
     images: Path,
@@ -43,10 +68,13 @@ def read_split_list(
     ``keep`` (class folder -> new label) reads only the images of those class folders,
     relabelled (DomainNet's 10-class subset).
     """
+    if not path.is_file():
+        expected = f" (expected {layout})" if layout else ""
+        raise DatasetError(f"missing split list {path}{expected}")
     known = set(classes)
     entries = []
-    for where, relative, label_text in list_lines(path, layout):
-        label = int(label_text) - label_base
+    for where, parts in list_lines(path):
+        relative, label = parts[0].strip(), int(parts[1]) - label_base
         folder = Path(relative).parent.name
         if keep is not None:
             if folder not in keep:
@@ -67,23 +95,6 @@ def read_split_list(
             raise DatasetError(f"{where} names a missing file {image}")
         entries.append((image, label))
     return entries
-
-
-def list_lines(path: Path, layout: str = "") -> Iterator[tuple[str, str, str]]:
-    """(``FILE line N``, relative path, label text) of each non-empty line of a
-    ``<relative path> <label>`` list; a missing list or a malformed line raises DatasetError."""
-    if not path.is_file():
-        expected = f" (expected {layout})" if layout else ""
-        raise DatasetError(f"missing split list {path}{expected}")
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            parts = line.rsplit(maxsplit=1)
-            if not parts:
-                continue
-            where = f"{path.name} line {number}"
-            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
-            yield where, parts[0].strip(), parts[1]
 
 
 def inside(root: Path, relative: str, where: str) -> Path:
@@ -109,19 +120,23 @@ def list_classes(paths: Sequence[Path], *, label_base: int = 0) -> list[str]:
     labels: dict[str, int] = {}  # class folder -> label
     first_use: dict[int, str] = {}  # label -> the list line that first used it
     for path in paths:
-        for where, relative, label_text in list_lines(path):
-            label = int(label_text) - label_base
-            folder = Path(relative).parent.name
+        if not path.is_file():
+            raise DatasetError(f"missing split list {path}")
+        for where, parts in list_lines(path):
+            if parts[1].startswith("-"):
+                raise DatasetError(f"{where}: expected '<domain>/<class>/<file> <label>'")
+            label = int(parts[1]) - label_base
+            folder = Path(parts[0]).parent.name
             if label < 0:
-                raise DatasetError(f"{where}: label {label_text} is below {label_base}")
+                raise DatasetError(f"{where}: label {parts[1]} is below {label_base}")
             if names.setdefault(label, folder) != folder:
                 raise DatasetError(
-                    f"{where}: label {label_text} is class {names[label]!r} "
+                    f"{where}: label {parts[1]} is class {names[label]!r} "
                     f"elsewhere but the image is in folder {folder!r}"
                 )
             if labels.setdefault(folder, label) != label:
                 raise DatasetError(
-                    f"{where}: label {label_text} for folder {folder!r}, which is label "
+                    f"{where}: label {parts[1]} for folder {folder!r}, which is label "
                     f"{labels[folder] + label_base} at {first_use[labels[folder]]}"
                 )
             first_use.setdefault(label, where)

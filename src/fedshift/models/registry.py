@@ -166,6 +166,25 @@ def _options_of(name: str) -> list[str]:
     return [p for p, v in params.items() if v.kind is v.KEYWORD_ONLY and p not in _COMMON]
 
 
+def check_builder_signature(
+    name: str, builder: Callable, num_classes: int, in_channels: int, image_size: int, options
+) -> None:
+    """A ValueError of one line when ``builder`` cannot take a model builder's arguments
+    (``num_classes, *, in_channels, image_size, **options``): an import path such as
+    ``os:getcwd`` names a callable that is no model builder."""
+    try:
+        signature = inspect.signature(builder)
+    except (TypeError, ValueError):  # a builtin without a signature: the call decides
+        return
+    try:
+        signature.bind(num_classes, in_channels=in_channels, image_size=image_size, **options)
+    except TypeError as exc:
+        raise ValueError(
+            f"model {name!r}: {getattr(builder, '__qualname__', builder)!r} is not a model "
+            f"builder taking (num_classes, *, in_channels, image_size): {exc}"
+        ) from None
+
+
 def build_model(
     name: str,
     num_classes: int,
@@ -209,7 +228,9 @@ def build_model(
             f"unknown option(s) {', '.join(map(repr, unknown))} for model {name!r}; "
             f"accepted options: {', '.join(allowed) or '(none)'}"
         )
-    model = _BUILDERS[name](num_classes, in_channels=in_channels, image_size=image_size, **options)
+    builder = _BUILDERS[name]
+    check_builder_signature(name, builder, num_classes, in_channels, image_size, options)
+    model = builder(num_classes, in_channels=in_channels, image_size=image_size, **options)
     if not isinstance(model, FedModel):
         raise ValueError(
             f"model {name!r} built a {type(model).__name__}, not a fedshift.models.FedModel "

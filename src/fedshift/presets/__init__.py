@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedshift.core.bounded import MAX_TOML_BYTES, parse_toml, read_bytes_bounded
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.runconfig import RUN_KEYS
 
@@ -136,11 +136,8 @@ def load_preset(ref: str | os.PathLike) -> Preset:
     """Read preset ``ref`` (a shipped name or a path to a TOML file); one-line ConfigError
     naming the file and the key when the file is not valid TOML or holds an unknown key."""
     name, path = preset_path(os.fspath(ref))
-    raw = path.read_bytes()
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"preset file {path} is not valid TOML: {exc}") from None
+    raw = read_bytes_bounded(path, MAX_TOML_BYTES, ConfigError, "preset file")
+    data = parse_toml(raw, ConfigError, f"preset file {path}")
     settings: dict[str, Any] = {}
     meta: dict[str, Any] = {}
     for key, value in data.items():

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedshift.core.bounded import parse_json, read_json_bounded
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.runfiles import CONFIG, METRICS, SUMMARY_KEYS, RunFiles, run_dirs_with_metrics
 from fedshift.engine.run.tracking import flatten
@@ -70,14 +71,16 @@ def read_run(run_dir: Path) -> RunCurves:
         config_file = files.config
         if not config_file.exists() and files.summary.exists():
             config_file = files.summary
-        config = json.loads(config_file.read_text())
+        if not config_file.exists():
+            raise FileNotFoundError(2, "missing", str(config_file))
+        config = read_json_bounded(config_file, ConfigError)
         if config_file == files.summary and isinstance(config, dict):
             config = {k: config.get(k) for k in SUMMARY_KEYS}
-        rounds = [flatten(json.loads(line)) for line in lines]
+        rounds = [flatten(parse_json(line, ConfigError, str(files.metrics))) for line in lines]
     except FileNotFoundError as exc:
         missing = Path(exc.filename or CONFIG).name
         raise ConfigError(f"{run_dir} is not a run directory (no {missing})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the run in {run_dir}: {exc}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{RunFiles(run_dir).config} is not a fedshift run config")
@@ -199,15 +202,33 @@ def draw_curves(groups: list[Group], metric: str):
     return fig
 
 
+#: file suffixes a figure may be written as (the formats matplotlib writes without extras)
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
+def check_figure_path(path: str | Path, flag: str) -> Path:
+    """``path`` when its suffix names a figure format; a one-line ConfigError otherwise."""
+    path = Path(path)
+    if path.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ConfigError(
+            f"{flag} {path}: cannot write a figure as {path.suffix or 'a file without suffix'!r};"
+            f" give a file ending in {', '.join(FIGURE_SUFFIXES)}"
+        )
+    if not path.resolve().parent.is_dir():
+        raise ConfigError(f"{flag} {path}: folder {path.parent} does not exist")
+    return path
+
+
 def plot_curves(
     run_dirs: list[str | Path], path: str | Path, metric: str = "target_accuracy"
 ) -> Path:
-    """Write the curves of ``metric`` (see :func:`curve_groups`) as a PNG; returns its path."""
+    """Write the curves of ``metric`` (see :func:`curve_groups`) as a figure (PNG, PDF, SVG
+    or JPEG by the suffix); returns its path."""
+    path = check_figure_path(path, "figure")
     metric, groups = curve_groups(run_dirs, metric)
     fig = draw_curves(groups, metric)
     import matplotlib.pyplot as plt
 
-    path = Path(path)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

@@ -14,12 +14,12 @@ sources' features.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fedshift.core.bounded import read_json_bounded
 from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
 from fedshift.core.runfiles import CONFIG, RunFiles
@@ -53,7 +53,9 @@ def load_run(run_dir: str | Path, cache_dir: str | None = None):
     files = RunFiles(run_dir)
     if not files.config.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG})")
-    saved = json.loads(files.config.read_text())
+    saved = read_json_bounded(files.config, ConfigError)
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{files.config} is not a fedshift run config")
     names = {f.name for f in dataclasses.fields(RunConfig)}
     saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     cfg = RunConfig(**{k: v for k, v in saved.items() if k in names})

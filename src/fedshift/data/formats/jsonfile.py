@@ -1,12 +1,13 @@
 """JSON files read with :func:`json.load` only (nothing is unpickled), refused above a size
-bound so a wrong path cannot exhaust memory."""
+bound so a wrong path cannot exhaust memory, and above a nesting-depth bound
+(:mod:`fedshift.core.bounded`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from fedshift.core.bounded import read_json_bounded
 from fedshift.core.errors import DatasetError
 
 #: the largest JSON file read (1 GiB)
@@ -22,8 +23,4 @@ def read_json(path: Path) -> Any:
     size = path.stat().st_size
     if size > limit:
         raise DatasetError(f"{path} is {size:,} bytes, above the {limit:,}-byte bound for JSON")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DatasetError(f"unreadable JSON file {path}: {exc}") from None
+    return read_json_bounded(path, DatasetError, limit)

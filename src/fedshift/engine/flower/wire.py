@@ -27,6 +27,7 @@ import re
 import socket
 import struct
 import time
+import tokenize
 from collections.abc import Iterable
 from typing import Any
 
@@ -169,7 +170,15 @@ def npy_layout(blob: bytes) -> tuple[np.dtype, tuple[int, ...], int]:
         read_header = _HEADER_READERS.get(version)
         if read_header is not None:
             shape, _, dtype = read_header(stream)
-    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError, EOFError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        SyntaxError,
+        tokenize.TokenError,
+        RecursionError,
+        MemoryError,
+        EOFError,
+    ) as exc:
         text = " ".join(str(exc).split())[:200]
         raise ProtocolError(f"unreadable .npy header ({exc.__class__.__name__}: {text})") from None
     if read_header is None:

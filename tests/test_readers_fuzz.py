@@ -1,0 +1,182 @@
+"""Every reader of a file fedshift reads, fed random and adversarial bytes (deep nesting,
+huge numbers, truncations, NUL bytes, invalid UTF-8), raises only its one error type.
+
+Readers: the run directory's JSON (config.json, summary.json, metrics.jsonl), a TOML
+``--config`` file, a preset, a dataset's JSON file, a ``.mat`` file, a split list, a
+checkpoint, and a Flower array's ``.npy`` header.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedshift.config import read_toml
+from fedshift.core.errors import CheckpointError, ConfigError, DatasetError
+from fedshift.core.runfiles import RunFiles, load_json_object, read_json_file, read_summary
+from fedshift.core.state import load_checkpoint
+from fedshift.data.formats.jsonfile import read_json
+from fedshift.data.formats.mat import mat_load, mat_variables
+from fedshift.data.lists import read_split_list
+from fedshift.engine.flower.wire import ProtocolError, npy_layout
+from fedshift.presets import load_preset
+
+FUZZ = settings(max_examples=50, deadline=None)
+
+#: hand-made hostile inputs every reader gets among the random ones
+ADVERSARIAL = [
+    b"",
+    b"\x00" * 64,
+    b"[" * 50_000 + b"]" * 50_000,
+    b'{"a":' * 5_000 + b"1" + b"}" * 5_000,
+    b"[" * 65 + b"]" * 65,
+    b"x = " + b"[" * 5_000 + b"]" * 5_000,
+    b"x = " + b"{a=" * 2_000 + b"1" + b"}" * 2_000,
+    b"a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u.v.w.x.y.z." * 10 + b"end = 1",
+    b'{"algorithm": ' + b"9" * 10_000 + b"}",
+    b"rounds = " + b"9" * 10_000,
+    b"lr = 1e99999",
+    b'{"x": 1e99999, "y": NaN}',
+    b'{"algorithm": "fed\x00avg"}',
+    b'algorithm = "fed\x00avg"',
+    b"\xff\xfe\x00\x00garbage",
+    b'{"algorithm": "fedavg", "target": "mnistm", "seed": 0',
+    b"MATLAB 5.0 MAT-file" + b" " * 105 + b"\x00\x01IM" + b"\x0e\x00\x00\x00\xff\xff\xff\x7f",
+    b"MATLAB 5.0 MAT-file" + b" " * 105 + b"\x00\x01IM" + b"\x0f\x00\x00\x00\x08\x00\x00\x00",
+    b"\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (9999999999,), }",
+    b"\x93NUMPY\x01\x00\x10\x00" + b"(" * 16,
+    b"PK\x03\x04" + b"\x00" * 100,
+    b"d1/c0/a.png " + b"9" * 10_000,
+    b"d1/c0/\x00.png 0\n",
+    b"../../etc/passwd 0\n",
+]
+#: well-formed documents whose truncations and mutations are fed too
+VALID = [
+    b'{"algorithm": "fedavg", "target": "mnistm", "seed": 0, "algo": {"mu": [1, 2]}}',
+    b'algorithm = "fedavg"\nrounds = 2\n[algo]\n',
+    b"d1/c0/a.png 0\nd1/c1/b.png 1\n",
+]
+
+
+@st.composite
+def hostile_bytes(draw) -> bytes:
+    """Random bytes, an adversarial input, or a cut or poked well-formed document."""
+    kind = draw(st.sampled_from(["random", "adversarial", "truncated", "poked"]))
+    if kind == "random":
+        return draw(st.binary(max_size=2_000))
+    if kind == "adversarial":
+        return draw(st.sampled_from(ADVERSARIAL))
+    valid = draw(st.sampled_from(VALID + ADVERSARIAL[-8:]))
+    cut = draw(st.integers(0, len(valid)))
+    if kind == "truncated":
+        return valid[:cut]
+    poke = draw(st.binary(min_size=1, max_size=8))
+    return valid[:cut] + poke + valid[cut:]
+
+
+def only_raises(
+    error: type[Exception] | tuple[()], read: Callable[[Path], object], name: str, data: bytes
+) -> None:
+    """``read`` of a file holding ``data`` returns or raises ``error`` (``()``: never raises)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / name
+        path.write_bytes(data)
+        try:
+            read(path)
+        except error:
+            pass
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_run_directory_json(data):
+    only_raises(CheckpointError, load_json_object, "config.json", data)
+    only_raises(CheckpointError, lambda p: RunFiles(p.parent).saved_config(), "config.json", data)
+    for reader in (read_json_file, read_summary):  # a warning and None, never an error
+        only_raises((), reader, "summary.json", data)
+    only_raises((), lambda p: RunFiles(p.parent).history(), "metrics.jsonl", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_toml_config_file(data):
+    only_raises(ConfigError, read_toml, "config.toml", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_preset_file(data):
+    only_raises(ConfigError, load_preset, "preset.toml", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_dataset_json_file(data):
+    only_raises(DatasetError, read_json, "annotations.json", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_mat_file(data):
+    only_raises(DatasetError, lambda p: mat_variables(p, "a .mat file"), "x.mat", data)
+    only_raises(DatasetError, lambda p: mat_load(p, ["X"]), "x.mat", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_split_list(data):
+    def read(path: Path) -> object:
+        return read_split_list(path, path.parent, ["c0", "c1"])
+
+    only_raises(DatasetError, read, "train.txt", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_checkpoint(data):
+    only_raises(CheckpointError, lambda p: load_checkpoint(p, fallback=False), "c.pt", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_npy_header(data):
+    try:
+        npy_layout(data)
+    except ProtocolError:
+        pass
+
+
+@pytest.mark.parametrize("depth, deep", [(64, False), (65, True)])
+def test_json_depth_bound(tmp_path, depth, deep):
+    path = tmp_path / "config.json"
+    path.write_text('{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}")
+    if deep:
+        with pytest.raises(CheckpointError, match="nests deeper than 64 levels"):
+            load_json_object(path)
+    else:
+        nested: list = []
+        for _ in range(depth - 2):
+            nested = [nested]
+        assert load_json_object(path) == {"a": nested}
+
+
+def test_checkpoint_size_bound(tmp_path, monkeypatch):
+    from fedshift.core import state
+
+    monkeypatch.setattr(state, "MAX_CHECKPOINT_BYTES", 16)
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"\x00" * 17)
+    with pytest.raises(CheckpointError, match="above the 16-byte bound"):
+        load_checkpoint(path, fallback=False)
+
+
+def test_toml_size_bound(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"# padding\n" * ((1 << 20) // 10 + 1))
+    with pytest.raises(ConfigError, match="larger than the 1,048,576-byte bound"):
+        read_toml(path)
