@@ -4,7 +4,9 @@ be rolled back with ``--resume previous``."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 
 import pytest
@@ -16,6 +18,7 @@ from fedshift.cli import main
 from fedshift.core.errors import CheckpointError, RoundFailed
 from fedshift.core.runfiles import NONFINITE, RunFiles, strict_json
 from fedshift.core.state import load_checkpoint
+from fedshift.report.table import format_summary
 
 
 def strict_loads(text: str):
@@ -125,3 +128,71 @@ def test_resume_previous_without_a_previous_checkpoint_is_one_line(in_tmp, capsy
     shutil.rmtree(in_tmp / "r")
     with pytest.raises(CheckpointError, match="no checkpoint.prev.pt"):
         RunFiles(in_tmp / "r").roll_back()
+
+
+def test_a_late_config_error_leaves_no_folder_and_no_lock(in_tmp, capsys):
+    one_line(capsys, 2, ["run", *TINY, "--out", "r", "--set", "min_clients=4"], "min_clients=4")
+    assert not (in_tmp / "r").exists()
+    (in_tmp / "empty").mkdir()
+    one_line(capsys, 2, ["run", *TINY, "--out", "empty", "--set", "min_clients=4"], "min_clients")
+    assert list((in_tmp / "empty").iterdir()) == []
+
+
+def test_a_read_only_folder_is_called_read_only(in_tmp, capsys, monkeypatch):
+    def read_only(fd, data):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(os, "write", read_only)
+    line = one_line(capsys, 2, ["run", *TINY, "--out", "r"], "r is read-only: make it writable")
+    assert "free some space" not in line
+
+
+def test_report_on_summaries_without_metrics_says_so(in_tmp, capsys):
+    run = in_tmp / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"algorithm": "a", "target": "t", "seed": 0}))
+    one_line(capsys, 2, ["report", "runs"], "no readable summary under runs")
+
+
+def test_report_skips_a_metric_written_as_null(in_tmp, capsys):
+    for seed, value in ((0, 0.5), (1, None)):
+        run = in_tmp / "runs" / f"s{seed}"
+        run.mkdir(parents=True)
+        summary = {"algorithm": "a", "target": "t", "seed": seed, "target_accuracy": value}
+        (run / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", "runs"]) == 0
+    assert "| a | 50.0 | 50.0 |" in capsys.readouterr().out
+
+
+def test_a_sweep_into_a_run_directory_is_refused(in_tmp, capsys):
+    assert main(["run", *TINY, "--out", "r"]) == 0
+    before = sorted(p.name for p in (in_tmp / "r").iterdir())
+    argv = ["sweep", "-a", "fedavg", "-t", "optdigits", "--out", "r", "--set", "rounds=1"]
+    one_line(capsys, 2, argv, "cannot use --out r: it is a run directory")
+    assert sorted(p.name for p in (in_tmp / "r").iterdir()) == before
+
+
+def test_segmentation_tables_say_dice():
+    summary = {
+        "algorithm": "fedavg",
+        "dataset": "prostate",
+        "protocol": "lodo",
+        "target": "a",
+        "seed": 0,
+        "rounds": 1,
+        "problem": "segmentation",
+        "per_domain_accuracy": {"a": 0.5},
+        "selected_round": 1,
+        "target_accuracy": 0.5,
+        "target_accuracy_last": 0.5,
+        "oracle_round": 1,
+        "target_accuracy_oracle": 0.5,
+        "bytes_up": 1,
+        "bytes_down": 1,
+        "wall_seconds": 1.0,
+        "samples_per_second": 1.0,
+    }
+    text = format_summary(summary)
+    assert "test Dice %" in text and "target Dice (last round): 50.00" in text
+    assert "accuracy" not in text
+    assert "target accuracy (last round)" in format_summary({**summary, "problem": "x"})
