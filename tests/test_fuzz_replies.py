@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from test_contract import FAST_SETTINGS, backbone_settings, make_cfg
 
 from fedshift.algorithms import REGISTRY
+from fedshift.core.errors import RoundFailed
 from fedshift.core.record import Record
 from fedshift.engine.assembly import prepare
 from fedshift.engine.federation import BaseFederation, federation_options
@@ -192,7 +193,15 @@ def test_random_malformed_replies_never_break_the_server(
         pytest.skip(f"{algorithm} exchanges no arrays")
     target = data.draw(st.sampled_from(sorted(raw)))
     damage = damage_from(data, raw[target])
-    state, fed = replay(exp, start, raw, target, damage)
+    try:
+        state, fed = replay(exp, start, raw, target, damage)
+    except RoundFailed as failed:
+        # a call of one client (FACT's, FADA's target client) got no valid reply: the
+        # damaged one itself, or a recorded reply that no longer fits once a damaged source
+        # reply was dropped (FADA's attention gains, one per surviving source); nobody
+        # replied, so the round fails under every policy, with one line
+        assert "none of 1 clients replied" in str(failed), failed
+        return
     expected = tensors_of(honest)
     got = tensors_of(state)
     assert got.keys() == expected.keys()

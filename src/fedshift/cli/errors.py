@@ -8,6 +8,7 @@ missing file) ends in one line ``fedshift: error: ...`` on stderr and exit code 
 from __future__ import annotations
 
 import argparse
+import errno
 import re
 import sys
 import textwrap
@@ -76,6 +77,18 @@ class Command:
     after_write_error: Callable[[argparse.Namespace, Path], str] = run_again
 
 
+#: errno values of a folder that refuses writes, as opposed to a full disk
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def storage_advice(exc: StorageError) -> str:
+    """What to fix after a failed write: a read-only folder is not cured by free space."""
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and cause.errno in READ_ONLY_ERRNOS:
+        return f"{exc.path.parent} is read-only: make it writable (or use another --out)"
+    return "free some space (or fix the folder)"
+
+
 def run_command(command: Command, args: argparse.Namespace) -> int:
     """``command.run(args)`` with every user error and Ctrl-C turned into one stderr line."""
     try:
@@ -88,6 +101,6 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except StorageError as exc:
         then = command.after_write_error(args, exc.path.parent)
-        return fail(f"{exc}; free some space (or fix the folder), then {then}")
+        return fail(f"{exc}; {storage_advice(exc)}, then {then}")
     except (FedshiftError, OSError) as exc:
         return fail(exc)

@@ -41,6 +41,11 @@ def run(args: argparse.Namespace) -> int:
         {k for s in summaries for k, v in s.items() if isinstance(v, int | float)}
         - {"seed", "rounds"}
     )
+    if not metrics:
+        raise ConfigError(
+            f"no readable summary under {', '.join(args.paths)}: the summary.json files there "
+            "hold no metrics"
+        )
     if args.metric not in metrics:
         raise ConfigError(
             f"unknown --metric {args.metric!r}{did_you_mean(args.metric, metrics)}; "

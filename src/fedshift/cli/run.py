@@ -12,6 +12,11 @@ from fedshift.cli.flags import add_run_flags, flag_values
 from fedshift.cli.tables import print_table
 from fedshift.core.errors import ConfigError, RunInterrupted
 
+#: ``--resume`` alone: continue from the latest checkpoint
+LATEST = "latest"
+#: ``--resume previous``: roll back to the checkpoint before it first
+PREVIOUS = "previous"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_flags(parser)
@@ -19,7 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", help="run directory (default runs/<algo>-<dataset>-<target>-s<seed>)"
     )
     parser.add_argument(
-        "--resume", action="store_true", help="continue the run in --out from its checkpoint"
+        "--resume",
+        nargs="?",
+        const=LATEST,
+        choices=(LATEST, PREVIOUS),
+        help="continue the run in --out from its checkpoint; `--resume previous` rolls back "
+        "to the checkpoint before the latest (a poisoned model) and continues from there",
     )
     parser.add_argument("--config", help="TOML file with run keys and an [algo] table")
     parser.add_argument(
@@ -73,7 +83,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_task(cfg)
         return 0
-    summary, out_dir = run_experiment(cfg, args.out, resume=args.resume, progress=not args.quiet)
+    summary, out_dir = run_experiment(
+        cfg,
+        args.out,
+        resume=args.resume is not None,
+        roll_back=args.resume == PREVIOUS,
+        progress=not args.quiet,
+    )
     print(format_summary(summary))
     line = preset_paper_line(cfg.preset, summary)
     if line:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,7 +21,12 @@ from typing import Any
 
 from fedshift.core.bounded import parse_json, read_json_bounded
 from fedshift.core.errors import CheckpointError
-from fedshift.core.state import has_checkpoint, load_checkpoint, write_text_atomically
+from fedshift.core.state import (
+    has_checkpoint,
+    load_checkpoint,
+    roll_back_checkpoint,
+    write_text_atomically,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +55,32 @@ OWN_NAMES = frozenset(
 )
 #: keys every summary has; a file without them is not a fedshift summary
 SUMMARY_KEYS = ("algorithm", "target", "seed")
+#: the key listing, in a row or summary, the values that were not finite numbers
+NONFINITE = "nonfinite"
+
+
+def _finite(value: Any, path: str, found: list[str]) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, its dotted key path
+    appended to ``found``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        found.append(path)
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{path}.{k}" if path else str(k), found) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v, f"{path}.{i}", found) for i, v in enumerate(value)]
+    return value
+
+
+def strict_json(data: dict[str, Any], *, indent: int | None = None) -> str:
+    """``data`` as strict JSON (no ``NaN``/``Infinity``, which JSON does not have): a value
+    that is not a finite number is written as null and its key path listed under
+    :data:`NONFINITE`, so a reader can tell "not measured" from "diverged"."""
+    found: list[str] = []
+    clean = _finite(data, "", found)
+    if found:
+        clean[NONFINITE] = found
+    return json.dumps(clean, indent=indent, allow_nan=False)
 
 
 def read_json_file(path: str | os.PathLike) -> dict[str, Any] | None:
@@ -127,6 +159,10 @@ class RunFiles:
     def checkpoint(self) -> Path:
         return self.root / CHECKPOINT
 
+    @property
+    def previous_checkpoint(self) -> Path:
+        return self.root / PREVIOUS_CHECKPOINT
+
     def has_checkpoint(self) -> bool:
         """Whether a checkpoint (latest or previous) is there."""
         return has_checkpoint(self.root, CHECKPOINT)
@@ -135,6 +171,27 @@ class RunFiles:
         """The resume rule: a run asked to resume (a sweep always is) continues from its
         checkpoint when it has one and starts from round 1 otherwise."""
         return resume and self.has_checkpoint()
+
+    def check_roll_back(self) -> None:
+        """Refuse (CheckpointError) a rollback of a run without a previous checkpoint."""
+        if not self.previous_checkpoint.is_file():
+            raise CheckpointError(
+                f"cannot resume previous: no {PREVIOUS_CHECKPOINT} in {self.root} (a run keeps "
+                "one from its second checkpoint on); use --resume to continue the latest"
+            )
+
+    def roll_back(self) -> int:
+        """The rollback rule: the previous checkpoint becomes the latest, ``metrics.jsonl``
+        is cut to its rounds and a ``summary.json`` of the abandoned rounds is removed, so
+        resuming continues from the round before the latest checkpoint. Returns that round."""
+        self.check_roll_back()
+        data = roll_back_checkpoint(self.checkpoint)
+        self.write_metrics(data["history"])
+        self.summary.unlink(missing_ok=True)
+        log.warning(
+            "rolled %s back to its previous checkpoint (round %s)", self.root, data["round"]
+        )
+        return int(data["round"])
 
     def read_config(self) -> dict[str, Any] | None:
         """``config.json``, or None when it is missing or unreadable."""
@@ -176,18 +233,18 @@ class RunFiles:
         return dict(load_checkpoint(self.checkpoint)["config"])
 
     def write_config(self, config: dict[str, Any]) -> None:
-        write_text_atomically(self.config, json.dumps(config, indent=2) + "\n")
+        write_text_atomically(self.config, strict_json(config, indent=2) + "\n")
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_text_atomically(self.summary, json.dumps(summary, indent=2) + "\n")
+        write_text_atomically(self.summary, strict_json(summary, indent=2) + "\n")
 
     def write_metrics(self, rows: Iterable[dict[str, Any]]) -> None:
         """Replace ``metrics.jsonl`` with ``rows`` (a resumed run's history)."""
-        write_text_atomically(self.metrics, "".join(json.dumps(row) + "\n" for row in rows))
+        write_text_atomically(self.metrics, "".join(strict_json(row) + "\n" for row in rows))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         """One round's row, flushed to disk before the round's checkpoint."""
         with open(self.metrics, "a") as handle:
-            handle.write(json.dumps(row) + "\n")
+            handle.write(strict_json(row) + "\n")
             handle.flush()
             os.fsync(handle.fileno())

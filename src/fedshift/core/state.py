@@ -263,6 +263,22 @@ def load_checkpoint(path: str | os.PathLike, *, fallback: bool = True) -> dict[s
         return data
 
 
+def roll_back_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Make the previous checkpoint kept beside ``path`` the latest one again (both names
+    then hold it) and return it: the way back from a checkpoint that is intact but holds a
+    poisoned model. A missing or corrupt previous checkpoint is a CheckpointError."""
+    path = Path(path)
+    previous = previous_path(path)
+    data = _load_one(previous)
+    try:
+        _link_over(previous, path)
+        _fsync_folder(path.parent)
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}", path) from exc
+    _remember_good(path)
+    return data
+
+
 def has_checkpoint(run_dir: str | os.PathLike, name: str = "checkpoint.pt") -> bool:
     """Whether ``run_dir`` holds a checkpoint, latest or previous."""
     path = Path(run_dir) / name

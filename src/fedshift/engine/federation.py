@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 PER_SAMPLE_KINDS = (Kind.AMPLITUDE, Kind.FEATURES, Kind.LOGITS)
 #: ``samples`` (processed, for throughput) may claim at most this many passes over the data
 MAX_PASSES = 1000
+#: the metrics that are sample counts, bounded by the client's data size instead of
+#: ``max_reply_value``
+COUNT_METRICS = ("num-examples", "samples")
 
 
 def _number_problem(key: str, value: object) -> str | None:
@@ -65,7 +68,9 @@ def validate_reply(
     Checked: the reply is a :class:`Record` of string keys, dense tensors and numbers; every
     array belongs to a declared share and follows the task's ``schema`` (keys, shapes,
     dtypes); floating arrays are finite and, with ``max_value`` > 0, within ±``max_value``;
-    metrics are finite numbers; ``num-examples`` (the aggregation weight) is an integer in
+    metrics are finite numbers, the ones that are not sample counts (a loss, an accuracy)
+    also within ±``max_value`` (a loss of 1e308 is as hostile as such a weight);
+    ``num-examples`` (the aggregation weight) is an integer in
     1..``data_size`` and is present whenever arrays are; ``samples`` an integer in
     0..``MAX_PASSES``·``data_size``.
     """
@@ -94,6 +99,8 @@ def validate_reply(
         problem = _number_problem(key, value)
         if problem:
             return problem
+        if max_value > 0 and key not in COUNT_METRICS and abs(value) > max_value:
+            return f"metric {key!r} is {value:.3g}, beyond max_reply_value={max_value:g}"
     if "num-examples" in reply.metrics:
         problem = _count_problem("num-examples", reply.metrics["num-examples"], 1, data_size)
         if problem:
@@ -207,8 +214,9 @@ class BaseFederation(Federation):
     one-line reason, never an error in the server; bytes up and down are counted; the
     failure policy is ``strict`` (every called client must succeed), ``dynamic`` (at least
     ``min_clients``, or every client of a smaller call) or ``resilient`` (go on with
-    whoever replied). ``data_sizes`` (client -> its largest split, as the server knows it)
-    bounds ``num-examples``.
+    whoever replied); a call in which nobody replied fails the round under every policy, as
+    there is nothing to go on with. ``data_sizes`` (client -> its largest split, as the
+    server knows it) bounds ``num-examples``.
     """
 
     def __init__(
@@ -339,6 +347,11 @@ class BaseFederation(Federation):
         if not missing:
             return
         failed = ", ".join(str(cid) for cid in ids if cid not in replies)
+        if not replies:
+            raise RoundFailed(
+                f"round {self.round}, task {task!r}: none of {len(ids)} clients replied "
+                f"(failed: {failed}; failure_policy={self.failure_policy})"
+            )
         if self.failure_policy == "strict":
             raise RoundFailed(
                 f"round {self.round}, task {task!r}: {missing} of {len(ids)} clients failed "

@@ -66,7 +66,7 @@ def table(
     by: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     targets: list[str] = []
     for s in summaries:
-        if metric not in s:
+        if s.get(metric) is None:  # not measured, or not finite (written as null)
             continue
         by[s["algorithm"]][s["target"]][s["seed"]] = s[metric]
         if s["target"] not in targets:

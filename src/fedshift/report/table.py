@@ -21,30 +21,33 @@ def format_summary(summary: dict[str, Any]) -> str:
     """A result table for one run: per-domain accuracy plus the headline numbers."""
     if not summary:
         return "run stopped before its last round (resume it with --resume)"
+    # a segmentation run's "accuracy" figures are Dice scores: say so
+    score = "Dice" if summary.get("problem") == "segmentation" else "accuracy"
+    column = "test Dice %" if score == "Dice" else "test acc %"
     lines = [
         f"{summary['algorithm']} on {summary['dataset']} ({summary['protocol']}), "
         f"target {summary['target']}, seed {summary['seed']}, {summary['rounds']} rounds",
         "",
-        f"{'domain':<16}{'test acc %':>11}{'':>4}",
+        f"{'domain':<16}{column:>11}{'':>4}",
     ]
     for domain, acc in summary["per_domain_accuracy"].items():
         tag = "  (target)" if domain == summary["target"] else ""
         lines.append(f"{domain:<16}{_pct(acc):>11}{tag}")
     lines += [
         "",
-        f"target accuracy (source-val selected, round {summary['selected_round']}): "
+        f"target {score} (source-val selected, round {summary['selected_round']}): "
         f"{_pct(summary['target_accuracy'])}",
-        f"target accuracy (last round): {_pct(summary['target_accuracy_last'])}",
-        f"target accuracy (mean of the last 5 evaluated rounds): "
+        f"target {score} (last round): {_pct(summary['target_accuracy_last'])}",
+        f"target {score} (mean of the last 5 evaluated rounds): "
         f"{_pct(summary.get('target_accuracy_last5'))}",
-        f"target accuracy (oracle, round {summary['oracle_round']}; uses target labels): "
+        f"target {score} (oracle, round {summary['oracle_round']}; uses target labels): "
         f"{_pct(summary['target_accuracy_oracle'])}",
     ]
     for key, value in summary.items():  # an algorithm's label-free selection (FACT: min_idd)
         rule = key.removeprefix("target_accuracy_")
         if key != rule and rule != "oracle" and f"{rule}_round" in summary:
             lines.append(
-                f"target accuracy ({rule} selected, round {summary[f'{rule}_round']}; "
+                f"target {score} ({rule} selected, round {summary[f'{rule}_round']}; "
                 f"the algorithm's label-free score): {_pct(value)}"
             )
     if "personalized_accuracy" in summary:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fedshift.core.errors import ConfigError, RunInterrupted, did_you_mean
+from fedshift.core.runfiles import MARKER_NAME, RunFiles
 from fedshift.engine.run.rundir import unwritable_ancestor
 from fedshift.sweeps.execute import RunOutcome, finished_summary
 from fedshift.sweeps.launchers import LAUNCHERS
@@ -131,10 +132,17 @@ def sweep(
 
 
 def check_out(out: Path) -> None:
-    """The sweep's folder must be a folder, or creatable (checked before any run)."""
+    """The sweep's folder must be a folder, or creatable, and not a run directory (its runs
+    would nest inside another run); checked before any run."""
     problem = unwritable_ancestor(out)
     if problem is not None:
         raise ConfigError(f"cannot use --out {out}: {problem}")
+    files = RunFiles(out)
+    if (out / MARKER_NAME).exists() or files.config.is_file() or files.has_checkpoint():
+        raise ConfigError(
+            f"cannot use --out {out}: it is a run directory (of `fedshift run`); give the "
+            "sweep a folder of its own"
+        )
 
 
 def check_choice_backend(backend: str) -> None:

@@ -57,6 +57,7 @@ def claim_run_dir(run_dir: Path) -> Iterator[None]:
         finally:
             _held[key] -= 1
         return
+    created = not key.exists()
     try:
         key.mkdir(parents=True, exist_ok=True)
         handle = open(key / LOCK_NAME, "a")
@@ -80,8 +81,21 @@ def claim_run_dir(run_dir: Path) -> Iterator[None]:
             yield
         finally:
             del _held[key]
+            if not run_dir_contents(key):
+                remove_unused_claim(key, created=created)
     finally:
         handle.close()  # closing the file releases the lock
+
+
+def remove_unused_claim(run_dir: Path, *, created: bool) -> None:
+    """A run that stopped before writing anything (a late config error) leaves no trace:
+    its marker and lock go, and the folder too when the claim created it."""
+    for name in (MARKER_NAME, LOCK_NAME):
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / name).unlink()
+    if created:
+        with contextlib.suppress(OSError):  # another process may have claimed it meanwhile
+            run_dir.rmdir()
 
 
 def run_dir_contents(run_dir: Path) -> list[Path]:

@@ -232,14 +232,18 @@ class Runner:
         except RoundFailed as exc:
             for cid, ctx in contexts.items():
                 ctx.state = before[cid]
-            saved = (
-                "the last checkpoint is kept"
-                if RunFiles(self.out).has_checkpoint()
-                else "no checkpoint yet"
+            files = RunFiles(self.out)
+            saved = "the last checkpoint is kept" if files.has_checkpoint() else "no checkpoint yet"
+            back = (
+                f", or roll back one checkpoint (when the last one is poisoned) with: "
+                f"fedshift run --out {self.out} --resume previous"
+                if files.previous_checkpoint.is_file()
+                else ""
             )
             raise RoundFailed(
                 f"{exc}; the run stopped in round {round_} ({saved}; client states kept as "
-                f"they were): see the warnings above, then resume with --resume --out {self.out}"
+                f"they were): see the warnings above, then resume with --resume --out "
+                f"{self.out}{back}"
             ) from None
 
     def close_progress(self) -> None:
@@ -322,6 +326,7 @@ def run_experiment(
     out: str | Path | None = None,
     *,
     resume: bool = False,
+    roll_back: bool = False,
     progress: bool = True,
     stop_after: int | None = None,
     cache_dir: str | None = None,
@@ -329,6 +334,9 @@ def run_experiment(
     federation: Callable[[Experiment], BaseFederation] | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """Build and run; returns the summary (empty if stopped early) and the run directory.
+
+    ``roll_back`` (with ``resume``) first makes the previous checkpoint the latest again
+    (:meth:`RunFiles.roll_back`), so the run continues from the round before it.
 
     ``federation`` builds the engine's federation from the experiment (the Flower
     ServerApp passes one); default: the in-process simulation engine.
@@ -339,10 +347,16 @@ def run_experiment(
         out_dir = unique_dir(Path("runs") / default_run_name(cfg))
     else:
         out_dir = Path(out)
+    if roll_back and not resume:
+        raise ConfigError("rolling back to the previous checkpoint needs resume")
     check_run_dir(out_dir, resume=resume)
+    if roll_back:
+        RunFiles(out_dir).check_roll_back()
     exp = prepare(cfg, cache_dir=cache_dir, dataset=dataset)
     with claim_run_dir(out_dir):
         resume = settle_run_dir(out_dir, resume=resume)
+        if roll_back:
+            RunFiles(out_dir).roll_back()
         fed = federation(exp) if federation is not None else None
         runner = Runner(exp, out_dir, progress=progress, fed=fed)
         try:
