@@ -3,7 +3,8 @@
 Scores random images with the digit CNN at 32 px and ResNet-18 at 224 px in eval mode,
 in batches of 32, 64, 256 and 1000, one process: samples/s (best of ``--repeats``) and the
 process's peak resident memory after each size (batch sizes ascend, so each peak is the
-largest batch so far's). It is the measurement behind ``eval_batch_size=0`` (auto) in
+largest batch so far's). A batch larger than ``--samples`` is skipped (a loaded machine may
+need fewer samples). It is the measurement behind ``eval_batch_size=0`` (auto) in
 ``fedshift.engine.run.evaluation``; prints the load average, as the machine may be shared.
 
     python benchmarks/eval_batch.py [--samples 1000] [--threads 0] [--device cpu]
@@ -59,6 +60,9 @@ def main() -> None:
         model = build_model(name, classes, image_size=size).to(device).eval()
         images = torch.rand(args.samples, 3, size, size) * 2 - 1
         for batch in BATCHES:
+            if batch > args.samples:
+                print(f"{name:10} {size:>4} {batch:>6} {'skipped: over --samples':>24}")
+                continue
             rate = samples_per_second(model, images, batch, device, args.repeats)
             print(f"{name:10} {size:>4} {batch:>6} {rate:>10.1f} {peak_rss_gib():>13.2f}")
     print(f"load average {os.getloadavg()}")

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pytest
 from helpers import cfg, read_history, run
+from test_catalog_segmentation_sets import _fundus_tree, _run_argv
 
+from fedshift.cli import main
 from fedshift.core.errors import ConfigError
+from fedshift.data.catalog import CATALOG
 from fedshift.engine.run.selection import SOURCE_VAL, select
 
 TARGET = "optdigits"
@@ -49,3 +52,17 @@ def test_selection_without_a_finite_validation_takes_a_round_that_reports_it():
 def test_source_eval_every_must_be_positive():
     with pytest.raises(ConfigError, match="source_eval_every"):
         cfg("fedavg", source_eval_every=0)
+
+
+def test_segmentation_channels_of_a_round_without_sources_cover_the_target(tmp_path):
+    """Fundus (disc and cup): a round that skips the sources still reports the target's
+    per-channel Dice; the last round scores every site."""
+    root = _fundus_tree(tmp_path / "data")
+    argv = _run_argv("fundus", "client1", root, tmp_path / "run")
+    argv[argv.index("--rounds") + 1] = "2"
+    assert main([*argv, "--set", "source_eval_every=5"]) == 0
+    rows = read_history(tmp_path / "run")
+    assert list(rows[0]["per_domain_channel_dice"]) == ["client1"]
+    assert set(rows[0]["target_channel_dice"]) == {"disc", "cup"}
+    assert "source_val_accuracy" not in rows[0]
+    assert set(rows[1]["per_domain_channel_dice"]) == set(CATALOG["fundus"].domains)
