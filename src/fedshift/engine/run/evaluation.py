@@ -153,16 +153,11 @@ def evaluate(
             per_domain = {
                 d: score(model, exp.dataset.domain(d).test, device, algo.predict) for d in scored
             }
-        out = {}
+        out: dict[str, Any] = {}
         if sources:
-            sizes = [len(exp.dataset.domain(d).val) for d in exp.scenario.sources]
-            accs = [
-                score(model, exp.dataset.domain(d).val, device, algo.predict)
-                for d in exp.scenario.sources
-            ]
-            out["source_val_accuracy"] = sum(a * n for a, n in zip(accs, sizes, strict=True)) / sum(
-                sizes
-            )
+            vals = [exp.dataset.domain(d).val for d in exp.scenario.sources]
+            correct = sum(score(model, v, device, algo.predict) * len(v) for v in vals)
+            out["source_val_accuracy"] = correct / sum(len(v) for v in vals)
     out["target_accuracy"] = mean_or_nan([per_domain[t] for t in exp.scenario.targets])
     out["per_domain_accuracy"] = per_domain
     if exp.scenario.per_client and not algo.personal:
