@@ -75,8 +75,8 @@ def test_eval_batch_size_does_not_change_accuracy(tmp_path, micro_digits):
 
 def test_auto_eval_batch_is_small_for_large_images_on_the_cpu_and_large_on_a_gpu():
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
-    assert auto_eval_batch(cpu, 224) == 64
-    assert auto_eval_batch(cpu, 128) == 64
+    assert auto_eval_batch(cpu, 224) == 256
+    assert auto_eval_batch(cpu, 128) == 256
     assert auto_eval_batch(cpu, 32) == 1000
     assert auto_eval_batch(gpu, 224) == auto_eval_batch(gpu, 32) == 1024
 

@@ -128,7 +128,7 @@ class RunConfig:
     # the source (non-target) domains' val/test scored every N evaluated rounds and in the
     # last; the held-out target is scored in every evaluated round
     source_eval_every: int = 1
-    # samples per forward pass when scoring; 0: by device and image size (CPU: 64 at >= 128
+    # samples per forward pass when scoring; 0: by device and image size (CPU: 256 at >= 128
     # px, 1000 below; GPU: 1024)
     eval_batch_size: int = 0
     # personal models (Ditto's, PerAda's v_k) scored every N rounds and in the last;
