@@ -1,5 +1,6 @@
 """Options that cut per-round cost at scale: ``checkpoint_every`` (resume still bit-exact),
-``personal_eval_every``, ``eval_batch_size``, and a model builder that reuses modules."""
+``personal_eval_every``, ``eval_batch_size`` (auto: by device and image size), ``threads``
+(0: capped at the free cores), and a model builder that reuses modules."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from fedshift.algorithms.toolkit import model_from_record, state_dict_cpu
 from fedshift.core.errors import ConfigError
 from fedshift.core.record import Record
 from fedshift.core.state import load_checkpoint
+from fedshift.engine import assembly
 from fedshift.engine.assembly import prepare
-from fedshift.engine.run.evaluation import personal_eval_every
+from fedshift.engine.run.evaluation import auto_eval_batch, eval_batch, personal_eval_every
 from fedshift.engine.run.runner import Runner, check_resume_config
 
 
@@ -69,6 +71,47 @@ def test_eval_batch_size_does_not_change_accuracy(tmp_path, micro_digits):
     plain = run(tmp_path, "p", micro_digits, "fedavg", settings={"rounds": 1})
     small = run(tmp_path, "s", micro_digits, "fedavg", settings={"rounds": 1, "eval_batch_size": 7})
     assert plain["per_domain_accuracy"] == small["per_domain_accuracy"]
+
+
+def test_auto_eval_batch_is_small_for_large_images_on_the_cpu_and_large_on_a_gpu():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert auto_eval_batch(cpu, 224) == 256
+    assert auto_eval_batch(cpu, 128) == 256
+    assert auto_eval_batch(cpu, 32) == 1000
+    assert auto_eval_batch(gpu, 224) == auto_eval_batch(gpu, 32) == 1024
+
+
+def test_eval_batch_follows_the_split_unless_set(micro_digits):
+    test = micro_digits.domain("mnist").test
+    side = test.x.shape[-1]
+    assert eval_batch(cfg("fedavg"), torch.device("cpu"), test) == auto_eval_batch(
+        torch.device("cpu"), side
+    )
+    assert eval_batch(cfg("fedavg", eval_batch_size=7), torch.device("cpu"), test) == 7
+
+
+@pytest.mark.parametrize(("busy", "expected"), [(0.0, 2), (1.0, 1), (0.6, 1), (9.0, 1)])
+def test_default_threads_leave_the_busy_cores_alone(monkeypatch, busy, expected):
+    monkeypatch.setattr(assembly, "usable_cores", lambda: 2)
+    monkeypatch.setattr(assembly, "TORCH_DEFAULT_THREADS", 2)
+    monkeypatch.setattr(assembly, "busy_cores_elsewhere", lambda: busy)
+    assert assembly.default_threads() == expected
+
+
+def test_threads_zero_sets_the_free_cores_and_a_number_wins(monkeypatch, micro_digits):
+    before = torch.get_num_threads()
+    monkeypatch.setattr(assembly, "default_threads", lambda: 1)
+    try:
+        prepare(cfg("fedavg"), dataset=micro_digits)
+        assert torch.get_num_threads() == 1
+        prepare(cfg("fedavg", threads=2), dataset=micro_digits)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_busy_cores_elsewhere_reads_a_count():
+    assert assembly.busy_cores_elsewhere() >= 0.0
 
 
 @pytest.mark.parametrize(

@@ -297,7 +297,8 @@ def resolve_resume(
 
     Settings given anyway (file, flags, ``--set``) must agree with the saved ones, except
     ``device``, ``threads``, ``tracking`` and a larger ``rounds`` (which extends a finished run); a
-    contradiction is a ConfigError naming the key. A saved import path (``algorithm`` or
+    contradiction is a ConfigError naming the key. A run started with ``threads=0`` continues
+    with the thread count it used (``run_info.threads``). A saved import path (``algorithm`` or
     ``model``) must be given again on the command line, or allowed (``allow_imports``).
     """
     saved = saved_run_config(run_dir)
@@ -325,6 +326,9 @@ def resolve_resume(
     for key in RESUME_MAY_CHANGE:
         if key in settings:
             setattr(cfg, key, getattr(given, key))
+    threads_used = (saved.get("run_info") or {}).get("threads")
+    if cfg.threads == 0 and "threads" not in settings and isinstance(threads_used, int):
+        cfg.threads = max(1, threads_used)  # the count threads=0 chose: the same numbers
     validate(cfg)
     cfg.algo = dataclasses.asdict(make_hparams(cfg))
     return cfg

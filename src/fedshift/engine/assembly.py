@@ -6,7 +6,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import os
 import platform
+import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -271,6 +274,9 @@ def run_info(
         "torch_version": torch.__version__,
         "python": platform.python_version(),
         "device": str(device),
+        # the CPU threads the run used (threads=0 picks them from the free cores): float
+        # results depend on it, so --resume of a threads=0 run keeps it
+        "threads": torch.get_num_threads(),
         "sources": scenario.sources,
         "targets": scenario.targets,
         "clients": [
@@ -327,6 +333,47 @@ def load_config_dataset(cfg: RunConfig, cache_dir: str | None = None) -> DomainD
         raise ConfigError(str(exc)) from None
 
 
+#: torch's own thread count (one per core), read before any run sets it
+TORCH_DEFAULT_THREADS = torch.get_num_threads()
+#: reads of the run queue behind :func:`busy_cores_elsewhere` (their median), and the pause
+RUN_QUEUE_READS = 5
+RUN_QUEUE_PAUSE_S = 0.01
+
+
+def busy_cores_elsewhere() -> float:
+    """How many cores other processes keep busy now: the smaller of the 1-minute load
+    average and the median of a few reads of the running-task count (less this process),
+    from ``/proc/loadavg``; 0 where it cannot be read (not Linux). The instant count keeps
+    an earlier run in this same process from counting as a competitor."""
+    try:
+        reads = []
+        for i in range(RUN_QUEUE_READS):
+            if i:
+                time.sleep(RUN_QUEUE_PAUSE_S)
+            with open("/proc/loadavg", encoding="ascii") as f:
+                fields = f.read().split()
+            reads.append(int(fields[3].split("/")[0]) - 1)
+        return max(0.0, min(float(fields[0]), float(statistics.median(reads))))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_threads() -> int:
+    """The CPU threads of ``threads=0``: torch's default (one per core), capped at the cores
+    other processes leave free. A thread per core beside a busy process makes every thread
+    wait for the slowest one: measured 6x slower on 2 cores (benchmarks/threads_contention.py)."""
+    free = usable_cores() - round(busy_cores_elsewhere())
+    return max(1, min(TORCH_DEFAULT_THREADS, free))
+
+
 def prepare(
     cfg: RunConfig, *, cache_dir: str | None = None, dataset: DomainDataset | None = None
 ) -> Experiment:
@@ -335,8 +382,7 @@ def prepare(
     ``dataset`` skips loading ``cfg.dataset`` (tests pass small in-memory datasets).
     """
     device = resolve_device(cfg.device)
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(cfg.threads if cfg.threads > 0 else default_threads())
     if cfg.model_weights:  # a missing weight file is reported before any image is decoded
         try:
             weights_file(cfg.model, cfg.model_weights)

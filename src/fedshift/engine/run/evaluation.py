@@ -3,11 +3,13 @@ model, and each client's personal model where the algorithm keeps one."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from fedshift.core.context import ClientContext
+from fedshift.core.split import Split
 from fedshift.core.state import ServerState
 from fedshift.engine.assembly import Experiment, mask_channels, personal_model
 from fedshift.eval.metrics import accuracy, mean_or_nan, sample_std
@@ -22,12 +24,40 @@ ScoreClients = Callable[[bool], dict[int, ClientScores]]
 DOMAIN_SCORE = "domain."
 
 
+#: ``eval_batch_size=0`` (auto), from ``benchmarks/eval_batch.py``: on the CPU, images of at
+#: least :data:`CPU_LARGE_IMAGE_PX` px are scored :data:`CPU_BATCH_LARGE_IMAGES` at a time (a
+#: batch of 1000 at 224 px allocates gigabytes per layer), smaller ones
+#: :data:`CPU_BATCH_SMALL_IMAGES` at a time; on a GPU :data:`GPU_BATCH`.
+CPU_LARGE_IMAGE_PX = 128
+CPU_BATCH_LARGE_IMAGES = 256
+CPU_BATCH_SMALL_IMAGES = 1000
+GPU_BATCH = 1024
+
+
+def auto_eval_batch(device: torch.device, image_px: int) -> int:
+    """The evaluation batch of ``eval_batch_size=0`` for images of side ``image_px`` on
+    ``device``: small on the CPU for large images, large on a GPU."""
+    if device.type != "cpu":
+        return GPU_BATCH
+    return CPU_BATCH_LARGE_IMAGES if image_px >= CPU_LARGE_IMAGE_PX else CPU_BATCH_SMALL_IMAGES
+
+
+def eval_batch(cfg, device: torch.device, split: Split) -> int:
+    """Samples per forward pass when scoring ``split``: ``cfg.eval_batch_size``, or with 0
+    (auto) :func:`auto_eval_batch` of the split's image side."""
+    if cfg.eval_batch_size > 0:
+        return cfg.eval_batch_size
+    return auto_eval_batch(device, int(split.x.shape[-1]))
+
+
 def scorer(exp: Experiment) -> Callable[..., float]:
     """The run's score of a model on a split: accuracy, or Dice for segmentation, in
-    batches of ``eval_batch_size`` samples (0: the metric's own default)."""
-    score = dice if exp.cfg.problem == "segmentation" else accuracy
-    if exp.cfg.eval_batch_size > 0:
-        return functools.partial(score, batch_size=exp.cfg.eval_batch_size)
+    batches of :func:`eval_batch` samples."""
+    metric = dice if exp.cfg.problem == "segmentation" else accuracy
+
+    def score(model, split: Split, device: torch.device, predict) -> float:
+        return metric(model, split, device, predict, batch_size=eval_batch(exp.cfg, device, split))
+
     return score
 
 
@@ -71,7 +101,12 @@ def personal_eval_every(cfg, num_clients: int) -> int:
 
 
 def evaluate(
-    exp: Experiment, state: ServerState, score_clients: ScoreClients, *, personal: bool = True
+    exp: Experiment,
+    state: ServerState,
+    score_clients: ScoreClients,
+    *,
+    personal: bool = True,
+    sources: bool = True,
 ) -> dict[str, Any]:
     """Target and per-domain test accuracy, and source-validation accuracy.
 
@@ -85,7 +120,9 @@ def evaluate(
     ``score_clients`` scores personal models where they live (the federation's
     :meth:`~fedshift.engine.federation.BaseFederation.score_clients`). With ``personal``
     False, the personal models kept beside a global model are not scored this round
-    (``personal_eval_every``); personal methods and per-client scenarios always are.
+    (``personal_eval_every``); personal methods and per-client scenarios always are. With
+    ``sources`` False (``source_eval_every``) a global model is scored on the target domains
+    only: no ``source_val_accuracy`` and only the targets in ``per_domain_accuracy``.
     """
     algo, device = exp.algorithm, exp.device
     domain_names = exp.dataset.domain_names
@@ -106,22 +143,21 @@ def evaluate(
         model = algo.global_model(state)
         if model is None:
             return {}
-        channels = channel_dice(exp, model)  # several mask channels (fundus) only
+        if exp.scenario.per_client or not exp.scenario.targets:
+            sources = True  # every client's domain is scored: no held-out target to keep
+        scored = domain_names if sources else scored_targets(exp)
+        channels = channel_dice(exp, model, scored)  # several mask channels (fundus) only
         if channels:
             per_domain = {d: sum(c.values()) / len(c) for d, c in channels.items()}
         else:
             per_domain = {
-                d: score(model, exp.dataset.domain(d).test, device, algo.predict)
-                for d in domain_names
+                d: score(model, exp.dataset.domain(d).test, device, algo.predict) for d in scored
             }
-        sizes = [len(exp.dataset.domain(d).val) for d in exp.scenario.sources]
-        accs = [
-            score(model, exp.dataset.domain(d).val, device, algo.predict)
-            for d in exp.scenario.sources
-        ]
-        out = {
-            "source_val_accuracy": sum(a * n for a, n in zip(accs, sizes, strict=True)) / sum(sizes)
-        }
+        out: dict[str, Any] = {}
+        if sources:
+            vals = [exp.dataset.domain(d).val for d in exp.scenario.sources]
+            correct = sum(score(model, v, device, algo.predict) * len(v) for v in vals)
+            out["source_val_accuracy"] = correct / sum(len(v) for v in vals)
     out["target_accuracy"] = mean_or_nan([per_domain[t] for t in exp.scenario.targets])
     out["per_domain_accuracy"] = per_domain
     if exp.scenario.per_client and not algo.personal:
@@ -137,23 +173,29 @@ def evaluate(
             out["per_domain_channel_dice"] = channels
             out["target_channel_dice"] = {
                 name: mean_or_nan([channels[t][name] for t in exp.scenario.targets])
-                for name in channels[domain_names[0]]
+                for name in next(iter(channels.values()))
             }
     return out
 
 
-def channel_dice(exp: Experiment, model) -> dict[str, dict[str, float]]:
-    """Domain -> mask channel -> Dice of ``model`` on the domain's test split, for a
-    segmentation dataset with several mask channels (fundus: disc, cup); else empty. The
-    mean over a domain's channels is its Dice."""
+def scored_targets(exp: Experiment) -> list[str]:
+    """The domains scored in a round without source evaluation: the run's targets."""
+    return [d for d in exp.dataset.domain_names if d in exp.scenario.targets]
+
+
+def channel_dice(exp: Experiment, model, domains: list[str]) -> dict[str, dict[str, float]]:
+    """Domain -> mask channel -> Dice of ``model`` on the test split of each of ``domains``,
+    for a segmentation dataset with several mask channels (fundus: disc, cup); else empty.
+    The mean over a domain's channels is its Dice."""
     names = mask_channels(exp.cfg, exp.dataset)
     if len(names) < 2:
         return {}
     algo, device = exp.algorithm, exp.device
-    batch = {"batch_size": exp.cfg.eval_batch_size} if exp.cfg.eval_batch_size > 0 else {}
     per_domain = {}
-    for d in exp.dataset.domain_names:
-        scores = dice_per_channel(model, exp.dataset.domain(d).test, device, algo.predict, **batch)
+    for d in domains:
+        test = exp.dataset.domain(d).test
+        batch = eval_batch(exp.cfg, device, test)
+        scores = dice_per_channel(model, test, device, algo.predict, batch_size=batch)
         per_domain[d] = dict(zip(names, scores, strict=True))
     return per_domain
 

@@ -191,7 +191,10 @@ class Runner:
             if round_ % cfg.eval_every == 0 or round_ == cfg.rounds:
                 every = personal_eval_every(cfg, len(self.exp.contexts))
                 personal = round_ % every == 0 or round_ == cfg.rounds
-                entry.update(evaluate(self.exp, state, fed.score_clients, personal=personal))
+                sources = round_ % cfg.source_eval_every == 0 or round_ == cfg.rounds
+                entry.update(
+                    evaluate(self.exp, state, fed.score_clients, personal=personal, sources=sources)
+                )
             entry["bytes_up"] = fed.bytes_up
             entry["bytes_down"] = fed.bytes_down
             entry["failed_clients"] = len(fed.failures)

@@ -36,8 +36,10 @@ class LastRound:
 class BestRound:
     """The evaluated round with the best finite ``key`` (the first one on ties).
 
-    Without any finite ``key``: the first evaluated round when ``required`` (the accuracy
-    rules every run reports), else nothing (an algorithm's optional score).
+    Only rounds that report ``key`` compete (``source_eval_every`` scores the source
+    validation split in some rounds only). Without any finite ``key``: the first evaluated
+    round reporting it (else the first evaluated round) when ``required`` (the accuracy rules
+    every run reports), else nothing (an algorithm's optional score).
     """
 
     name: str
@@ -49,7 +51,10 @@ class BestRound:
         candidates = evaluated(history)
         rounds = [h for h in candidates if math.isfinite(h.get(self.key, math.nan))]
         if not rounds:
-            return candidates[0] if candidates and self.required else None
+            if not self.required:
+                return None
+            reported = [h for h in candidates if self.key in h]
+            return (reported or candidates or [None])[0]
         sign = -1.0 if self.higher_is_better else 1.0
         return min(rounds, key=lambda h: sign * h[self.key])
 
