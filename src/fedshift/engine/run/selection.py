@@ -81,13 +81,14 @@ def mean_of_last(history: History, n: int = LAST_ROUNDS_MEAN) -> dict:
     rounds = evaluated(history)[-n:]
     if not rounds:
         raise ValueError("no evaluated round in the history for the mean of the last rounds")
-    domains = rounds[-1].get("per_domain_accuracy") or {}
+    scores: dict[str, list[float]] = {}  # a source domain only in the rounds that scored it
+    for h in rounds:  # (source_eval_every > 1 scores the sources in some rounds only)
+        for domain, value in (h.get("per_domain_accuracy") or {}).items():
+            scores.setdefault(domain, []).append(value)
     return {
         "rounds": len(rounds),
         "target_accuracy": sum(h["target_accuracy"] for h in rounds) / len(rounds),
-        "per_domain_accuracy": {
-            d: sum(h["per_domain_accuracy"][d] for h in rounds) / len(rounds) for d in domains
-        },
+        "per_domain_accuracy": {d: sum(v) / len(v) for d, v in scores.items()},
     }
 
 
