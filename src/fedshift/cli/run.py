@@ -86,6 +86,8 @@ def print_task(cfg) -> None:
         f"\n# task: {len(info['clients'])} clients; sources {', '.join(info['sources'])}; "
         f"targets {', '.join(info['targets'])}"
     )
+    layout = "channels_last" if info["channels_last"] else "contiguous"
+    print(f"# training: precision {info['precision']} on {info['device']}; {layout} models")
     columns = ("id", "name", "domain", "role", "train", "val", "test")
     print_table([columns, *([client[k] for k in columns] for client in info["clients"])])
 

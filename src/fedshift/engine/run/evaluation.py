@@ -38,6 +38,11 @@ def client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> Cl
     Runs where the client state lives: in-process for the simulation engine, on the
     SuperNode for Flower (the engine's evaluate task), so personal models never travel.
     """
+    with exp.precision.autocast():
+        return _client_scores(exp, ctx, with_domains)
+
+
+def _client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> ClientScores | None:
     algo, device = exp.algorithm, exp.device
     model = personal_model(algo, ctx)
     if model is None:
@@ -86,7 +91,15 @@ def evaluate(
     :meth:`~fedshift.engine.federation.BaseFederation.score_clients`). With ``personal``
     False, the personal models kept beside a global model are not scored this round
     (``personal_eval_every``); personal methods and per-client scenarios always are.
+    The forward passes run under the run's precision (autocast; fp32: none).
     """
+    with exp.precision.autocast():
+        return _evaluate(exp, state, score_clients, personal)
+
+
+def _evaluate(
+    exp: Experiment, state: ServerState, score_clients: ScoreClients, personal: bool
+) -> dict[str, Any]:
     algo, device = exp.algorithm, exp.device
     domain_names = exp.dataset.domain_names
     score = scorer(exp)  # Dice: segmentation
