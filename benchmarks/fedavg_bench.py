@@ -55,7 +55,9 @@ def run_config(setting: Setting) -> RunConfig:
         "batch_size": setting.batch_size,
         "model": "cnn",
     }
-    return resolve(None, flags, [f"device={setting.device}", f"threads={setting.threads}"])
+    # fp32: vectorized clients do not autocast, and the comparison is of the engines
+    sets = [f"device={setting.device}", f"threads={setting.threads}", "precision=fp32"]
+    return resolve(None, flags, sets)
 
 
 def digits(setting: Setting) -> DomainDataset:

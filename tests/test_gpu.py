@@ -61,3 +61,24 @@ def test_fedavg_round_on_cuda_matches_cpu(tmp_path, tiny_digits, exact_cuda_math
             torch.testing.assert_close(gpu[name], tensor, rtol=1e-4, atol=1e-4, msg=name)
         else:
             assert torch.equal(gpu[name], tensor), name
+
+
+def test_bf16_with_channels_last_trains_on_cuda(tmp_path, tiny_digits):
+    """``precision=bf16`` and ``channels_last=auto`` on CUDA: the conv weights are
+    channels_last, the forward passes bf16, the losses finite and the checkpoint fp32."""
+    if not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    summary, runner = run(tmp_path, "bf16", "fedavg", tiny_digits, device="cuda", precision="bf16")
+    assert runner.exp.info["precision"] == "bf16" and runner.exp.info["channels_last"] is True
+    model = runner.exp.algorithm.run.build_model().cuda()
+    conv = next(p for p in model.parameters() if p.dim() == 4)
+    assert conv.is_contiguous(memory_format=torch.channels_last)
+    x = torch.zeros(2, *tiny_digits.domain("mnist").test.x.shape[1:], device="cuda")
+    with next(iter(runner.exp.contexts.values())).autocast():
+        assert model(x).dtype == torch.bfloat16
+    assert all(math.isfinite(h["train_loss"]) for h in read_history(tmp_path / "bf16"))
+    assert 0.0 <= summary["target_accuracy"] <= 1.0
+    ckpt = load_checkpoint(tmp_path / "bf16" / "checkpoint.pt")
+    assert all(
+        t.dtype == torch.float32 for t in ckpt["server"]["model"].values() if t.is_floating_point()
+    )

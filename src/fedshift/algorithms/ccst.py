@@ -347,5 +347,7 @@ class CCST(FedAvg):
             return with_penalty(F.cross_entropy(model(x), y), model, penalty)
 
         optimizer = make_optimizer(model.parameters(), cfg)
-        sums, seen = fit(optimizer, cfg.local_epochs, styled_batches, step_loss)
+        sums, seen = fit(
+            optimizer, cfg.local_epochs, styled_batches, step_loss, precision=ctx.precision
+        )
         return local_metrics(ctx, seen, **sums)

@@ -90,15 +90,18 @@ class Ditto(Algorithm):
         opt_personal = make_optimizer(personal.parameters(), cfg)
         shared_total = personal_total = 0.0
         seen = 0
+        scaler = ctx.precision.scaler()
         for _ in range(cfg.local_epochs):
             for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
                 if len(x) < 2:
                     continue
                 # two models, two losses per batch: one step each, personal model first
-                personal_loss = F.cross_entropy(personal(x), y) + penalty(personal)
-                personal_total += optimizer_step(opt_personal, personal_loss) * len(x)
-                shared_loss = F.cross_entropy(shared(x), y)
-                shared_total += optimizer_step(opt_shared, shared_loss) * len(x)
+                with ctx.autocast():
+                    personal_loss = F.cross_entropy(personal(x), y) + penalty(personal)
+                personal_total += optimizer_step(opt_personal, personal_loss, scaler) * len(x)
+                with ctx.autocast():
+                    shared_loss = F.cross_entropy(shared(x), y)
+                shared_total += optimizer_step(opt_shared, shared_loss, scaler) * len(x)
                 seen += len(x)
         ctx.state["personal"] = state_dict_cpu(personal)
         reply = model_record(shared)

@@ -326,6 +326,7 @@ class FACT(Algorithm):
             ctx.train_cfg.local_epochs,
             self._scheduled(ctx, optimizer, lambda: ctx.train.batches(self.hp.batch_size, ctx.rng)),
             lambda x, y: F.cross_entropy(head_outputs(model(x), self.hp.head_output), y),
+            precision=ctx.precision,
         )
         generator, head = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", generator)
@@ -354,6 +355,7 @@ class FACT(Algorithm):
             lambda x, y: F.cross_entropy(
                 head_outputs(model.classifier(model.features(x)), self.hp.head_output), y
             ),
+            precision=ctx.precision,
         )
         _, head = split_generator_head(state_dict_cpu(model))
         reply = Record().with_arrays("model", head)
@@ -397,6 +399,7 @@ class FACT(Algorithm):
                 lambda: ctx.train.batches(self.hp.batch_size, ctx.rng, labels=False),
             ),
             idd_loss,
+            precision=ctx.precision,
         )
         generator, first = split_generator_head(state_dict_cpu(model))
         second = {f"head.{k}": v for k, v in state_dict_cpu(second_head).items()}

@@ -320,38 +320,42 @@ class FADA(Algorithm):
         opt_di = make_optimizer(identifier.parameters(), cfg)
         opt_t = make_optimizer(mine.parameters(), cfg)
         total, seen = 0.0, 0
+        scaler = ctx.precision.scaler()
         for _ in range(cfg.local_epochs):
             for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
                 if len(x) < 2:
                     continue
-                features = net.backbone(x)
-                # (b) domain identifier: source features 1, target features 0
-                pick = torch.randint(len(target_features), (len(x),), generator=ctx.rng)
-                scores = identifier(torch.cat([features.detach(), target_features[pick]]))
-                labels = torch.cat([torch.ones(len(x)), torch.zeros(len(x))]).to(ctx.device)
-                di_loss = F.binary_cross_entropy_with_logits(scores.squeeze(1), labels)
-                optimizer_step(opt_di, di_loss)
-                # (a) CE on both branches and (c) G_k against the updated DI_k
-                f_di, f_ds = net.disentangle(features)
-                ce = F.cross_entropy(net.head(f_di), y) + F.cross_entropy(class_id(f_ds), y)
-                adv = F.binary_cross_entropy_with_logits(
-                    identifier(features).squeeze(1), torch.ones(len(x), device=ctx.device)
-                )
-                # (c) D_k alone: entropy of the frozen CI_k on f_ds, and MI(f_di; f_ds)
-                d_di, d_ds = net.disentangle(features.detach())
-                frozen_ci = F.linear(d_ds, class_id.weight.detach(), class_id.bias.detach())
-                shuffled = torch.randperm(len(x), generator=ctx.rng).to(ctx.device)
-                mi = mine_lower_bound(mine, d_di, d_ds, shuffled)
-                loss = (
-                    ce
-                    + hp.adv_weight * adv
-                    + hp.entropy_weight * negative_entropy(frozen_ci)
-                    + hp.mi_weight * mi
-                )
-                optimizer_step((opt_gd, opt_c), loss)
-                # (d) the MINE statistics network maximizes the bound
-                mi_t = mine_lower_bound(mine, d_di.detach(), d_ds.detach(), shuffled)
-                optimizer_step(opt_t, -mi_t)
+                with ctx.autocast():
+                    features = net.backbone(x)
+                    # (b) domain identifier: source features 1, target features 0
+                    pick = torch.randint(len(target_features), (len(x),), generator=ctx.rng)
+                    scores = identifier(torch.cat([features.detach(), target_features[pick]]))
+                    labels = torch.cat([torch.ones(len(x)), torch.zeros(len(x))]).to(ctx.device)
+                    di_loss = F.binary_cross_entropy_with_logits(scores.squeeze(1), labels)
+                optimizer_step(opt_di, di_loss, scaler)
+                with ctx.autocast():
+                    # (a) CE on both branches and (c) G_k against the updated DI_k
+                    f_di, f_ds = net.disentangle(features)
+                    ce = F.cross_entropy(net.head(f_di), y) + F.cross_entropy(class_id(f_ds), y)
+                    adv = F.binary_cross_entropy_with_logits(
+                        identifier(features).squeeze(1), torch.ones(len(x), device=ctx.device)
+                    )
+                    # (c) D_k alone: entropy of the frozen CI_k on f_ds, and MI(f_di; f_ds)
+                    d_di, d_ds = net.disentangle(features.detach())
+                    frozen_ci = F.linear(d_ds, class_id.weight.detach(), class_id.bias.detach())
+                    shuffled = torch.randperm(len(x), generator=ctx.rng).to(ctx.device)
+                    mi = mine_lower_bound(mine, d_di, d_ds, shuffled)
+                    loss = (
+                        ce
+                        + hp.adv_weight * adv
+                        + hp.entropy_weight * negative_entropy(frozen_ci)
+                        + hp.mi_weight * mi
+                    )
+                optimizer_step((opt_gd, opt_c), loss, scaler)
+                with ctx.autocast():
+                    # (d) the MINE statistics network maximizes the bound
+                    mi_t = mine_lower_bound(mine, d_di.detach(), d_ds.detach(), shuffled)
+                optimizer_step(opt_t, -mi_t, scaler)
                 total += float(ce.detach()) * len(x)
                 seen += len(x)
         ctx.state["class_identifier"] = state_dict_cpu(class_id)
@@ -415,6 +419,7 @@ class FADA(Algorithm):
             cfg.local_epochs,
             lambda: ctx.train.batches(cfg.batch_size, ctx.rng, labels=False),
             fooling_loss,
+            precision=ctx.precision,
         )
         generator = {k: v for k, v in state_dict_cpu(net).items() if k.startswith("backbone.")}
         reply = Record().with_arrays("model", generator)

@@ -277,6 +277,7 @@ class FedADG(Algorithm):
         opt_g = make_optimizer(generator.parameters(), cfg)
         sums = {"loss": 0.0, "align_loss": 0.0, "d_loss": 0.0, "g_loss": 0.0}
         seen = 0
+        scaler = ctx.precision.scaler()
         for _ in range(cfg.local_epochs):
             for x, y in ctx.train.batches(cfg.batch_size, ctx.rng):
                 if len(x) < 2:
@@ -285,27 +286,30 @@ class FedADG(Algorithm):
                 z = torch.rand(len(y), hp.noise_dim, generator=ctx.rng).to(device)
                 # (1) discriminator on fixed features
                 model.eval()
-                with torch.no_grad():
-                    h = model.features(x)
-                    h_gen = generator(z, cond)
-                loss_d = discriminator_loss(
-                    discriminator(h_gen @ projection, cond),
-                    discriminator(h @ projection, cond),
-                    hp.variant,
-                )
-                optimizer_step(opt_d, loss_d)
+                with ctx.autocast():
+                    with torch.no_grad():
+                        h = model.features(x)
+                        h_gen = generator(z, cond)
+                    loss_d = discriminator_loss(
+                        discriminator(h_gen @ projection, cond),
+                        discriminator(h @ projection, cond),
+                        hp.variant,
+                    )
+                optimizer_step(opt_d, loss_d, scaler)
                 # (2) feature extractor and classifier
                 model.train()
-                h = model.features(x)
-                loss, ce, align = extractor_objective(
-                    model.classifier(h), y, discriminator(h @ projection, cond), hp.ce_weight
-                )
-                optimizer_step(opt_task, loss)
+                with ctx.autocast():
+                    h = model.features(x)
+                    loss, ce, align = extractor_objective(
+                        model.classifier(h), y, discriminator(h @ projection, cond), hp.ce_weight
+                    )
+                optimizer_step(opt_task, loss, scaler)
                 # (3) distribution generator
-                loss_g = generator_loss(
-                    discriminator(generator(z, cond) @ projection, cond), hp.variant
-                )
-                optimizer_step(opt_g, loss_g)
+                with ctx.autocast():
+                    loss_g = generator_loss(
+                        discriminator(generator(z, cond) @ projection, cond), hp.variant
+                    )
+                optimizer_step(opt_g, loss_g, scaler)
                 n = len(x)
                 seen += n
                 for key, value in (

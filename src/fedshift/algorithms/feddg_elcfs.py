@@ -348,6 +348,7 @@ class FedDGELCFS(Algorithm):
             lambda: self._batches(ctx),
             episode_loss,
             terms=("meta_loss",),
+            precision=ctx.precision,
         )
         reply = model_record(model)
         reply.metrics.update(local_metrics(ctx, seen, **sums))

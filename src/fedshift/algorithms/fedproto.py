@@ -228,6 +228,7 @@ class FedProto(Algorithm):
             cfg.local_epochs,
             lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
             step_loss,
+            precision=ctx.precision,
         )
         metrics = local_metrics(ctx, seen, **sums)
         ctx.state["model"] = state_dict_cpu(model)

@@ -268,6 +268,7 @@ class FedSR(Algorithm):
             lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
             step_loss,
             terms=("l2r", "cmi"),
+            precision=ctx.precision,
         )
         ctx.state["r_mu"] = ref["mu"].detach().cpu().clone()
         ctx.state["r_sigma"] = ref["sigma"].detach().cpu().clone()

@@ -271,6 +271,7 @@ class FPL(Algorithm):
             epoch_batches,
             step_loss,
             terms=("prototype_loss",),
+            precision=ctx.precision,
         )
         if self.hp.prototype_pass == "eval" or not class_counts:
             protos, _ = class_prototypes(model, ctx.train, device)

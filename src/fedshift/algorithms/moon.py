@@ -164,6 +164,7 @@ class Moon(Algorithm):
             lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
             step_loss,
             terms=("contrastive",),
+            precision=ctx.precision,
         )
         ctx.state["previous_model"] = state_dict_cpu(model)
         reply = Record().with_arrays("model", state_dict_cpu(model))

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.core.algorithm import local_metrics
-from fedshift.core.context import ClientContext, TrainConfig
+from fedshift.core.context import ClientContext, MixedPrecision, TrainConfig
 from fedshift.core.federation import Federation
 from fedshift.core.privacy import PrivacySettings, private_model_mean
 from fedshift.core.record import Record
@@ -66,26 +66,30 @@ def fit(
     *,
     terms: Iterable[str] = (),
     min_batch: int = 2,
+    precision: MixedPrecision | None = None,
 ) -> tuple[dict[str, float], int]:
     """The local-step loop every algorithm shares: for each of ``epochs`` passes over
     ``batches()``, one optimizer step on ``step_loss(x, y)`` per batch.
 
     Batches smaller than ``min_batch`` are skipped (BatchNorm cannot train on a single
-    sample). Returns the batch-size-weighted sums of ``loss`` and of each named term (those
-    listed in ``terms`` are 0 when no batch was trained), and the number of samples seen
-    (:func:`local_metrics` turns them into a reply's metrics).
+    sample). ``step_loss`` runs under the run's ``precision`` (``ctx.precision``: autocast,
+    with a loss scaler for fp16; none given: fp32). Returns the batch-size-weighted sums of
+    ``loss`` and of each named term (those listed in ``terms`` are 0 when no batch was
+    trained), and the number of samples seen (:func:`local_metrics` turns them into a
+    reply's metrics).
     """
+    precision = precision or MixedPrecision()
+    scaler = precision.scaler()
     sums: dict[str, float] = {"loss": 0.0, **dict.fromkeys(terms, 0.0)}
     seen = 0
     for _ in range(epochs):
         for x, y in batches():
             if len(x) < min_batch:
                 continue
-            out = step_loss(x, y)
+            with precision.autocast():
+                out = step_loss(x, y)
             loss, terms = out if isinstance(out, tuple) else (out, {})
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            optimizer_step(optimizer, loss, scaler)
             for key, value in {"loss": loss, **terms}.items():
                 sums[key] = sums.get(key, 0.0) + float(value.detach()) * len(x)
             seen += len(x)
@@ -116,6 +120,7 @@ def train_supervised(
         cfg.local_epochs if epochs is None else epochs,
         lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
         step_loss,
+        precision=ctx.precision,
     )
     return local_metrics(ctx, seen, **sums)
 
@@ -141,22 +146,34 @@ def train_segmentation(
         lambda: mask_batches(ctx.train, cfg.batch_size, ctx.rng),
         step_loss,
         min_batch=1,
+        precision=ctx.precision,
     )
     return local_metrics(ctx, seen, **sums)
 
 
 def optimizer_step(
-    optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer], loss: torch.Tensor
+    optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+    loss: torch.Tensor,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> float:
     """Clear the gradients of ``optimizers``, backpropagate ``loss`` and step each of them;
     returns the loss's value. For loops that ``fit`` does not cover: several models and
-    losses per batch (adversarial ones), or a step with a schedule (PerAda's KD)."""
+    losses per batch (adversarial ones), or a step with a schedule (PerAda's KD); compute
+    their losses under ``ctx.autocast()`` and pass ``ctx.precision.scaler()`` (made once per
+    local training call) as ``scaler``: fp16 losses are then scaled and steps with
+    non-finite gradients skipped."""
     group = [optimizers] if isinstance(optimizers, torch.optim.Optimizer) else list(optimizers)
     for optimizer in group:
         optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    for optimizer in group:
-        optimizer.step()
+    if scaler is None:
+        loss.backward()
+        for optimizer in group:
+            optimizer.step()
+    else:
+        scaler.scale(loss).backward()
+        for optimizer in group:
+            scaler.step(optimizer)
+        scaler.update()
     return float(loss.detach())
 
 

@@ -133,6 +133,8 @@ def print_task(cfg) -> None:
     )
     per_domain = Counter(client["domain"] for client in info["clients"])
     print("# clients per domain: " + ", ".join(f"{d} {n}" for d, n in per_domain.items()))
+    layout = "channels_last" if info["channels_last"] else "contiguous"
+    print(f"# training: precision {info['precision']} on {info['device']}; {layout} models")
     columns = ("id", "name", "domain", "role", "train", "val", "test")
     print_table([columns, *([client[k] for k in columns] for client in info["clients"])])
 

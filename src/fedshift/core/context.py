@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +88,33 @@ class SplitView:
             yield x, y
 
 
+#: the autocast dtype of each reduced precision
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class MixedPrecision:
+    """A run's training precision: ``fp32`` (no autocast), or ``bf16`` / ``fp16`` autocast of
+    forward passes on ``device_type``. Weights, gradients, optimizer state and checkpoints
+    stay fp32; only the ops autocast picks run in the reduced dtype."""
+
+    name: str = "fp32"
+    device_type: str = "cpu"
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Autocast to this precision's dtype (a no-op for fp32): wrap forward passes and
+        loss computations in it, not the backward pass or optimizer step."""
+        if self.name == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=AUTOCAST_DTYPES[self.name])
+
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """A fresh loss scaler for fp16 (its small range underflows gradients), else None.
+        One lives for one local training call, so no scaler state crosses rounds and a
+        resumed run repeats the same steps."""
+        return torch.amp.GradScaler(self.device_type) if self.name == "fp16" else None
+
+
 @dataclass
 class TrainConfig:
     """Run-level local-training settings shared by all algorithms."""
@@ -118,7 +146,12 @@ class ClientContext:
     round: int = 0
     total_rounds: int = 1
     state: dict[str, Any] = field(default_factory=dict)
+    precision: MixedPrecision = field(default_factory=MixedPrecision)
 
     @property
     def labeled(self) -> bool:
         return self.role == "source"
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The run's precision around a forward pass (see :class:`MixedPrecision`)."""
+        return self.precision.autocast()

@@ -60,6 +60,14 @@ TRACKERS: dict[str, str] = {
 #: simulated attacks (``RunConfig.attack``), in :mod:`fedshift.engine.simulation.attacks`
 Attack = Literal["sign-flip", "alie", "ipm", "label-flip", "proto-poison"]
 ATTACKS: tuple[str, ...] = typing.get_args(Attack)
+#: training precision (:class:`fedshift.core.context.MixedPrecision`): fp32, or autocast of the
+#: forward passes to bf16 / fp16 (weights stay fp32); auto: bf16 on a CUDA device that
+#: supports it, fp32 otherwise
+Precision = Literal["fp32", "bf16", "fp16", "auto"]
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+#: channels_last memory format of convolutional models; auto: on with CUDA
+ChannelsLast = Literal["auto", "on", "off"]
+CHANNELS_LAST: tuple[str, ...] = typing.get_args(ChannelsLast)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
 RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
 #: other names a run key answers to, silently: the papers' symbol (``lambda``) -> the key
@@ -141,6 +149,12 @@ class RunConfig:
     checkpoint_every: int = 1  # save a checkpoint every N rounds and after the last
     # run a call's clients together (vmap) where a task allows: on, off, auto (on with CUDA)
     vectorize: Vectorize = "auto"
+    # training precision: fp32; bf16 or fp16 autocast the forward passes of training and
+    # evaluation (weights and checkpoints stay fp32; fp16 scales losses); auto (default):
+    # bf16 on a CUDA device that supports it, else fp32 (so CPU runs are fp32)
+    precision: Precision = "auto"
+    # channels_last memory format for convolutional models: on, off, auto (on with CUDA)
+    channels_last: ChannelsLast = "auto"
     # a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off
     max_reply_value: float = 1e6
     # inject client faults in the simulation engine, e.g. "raise@2:1,nan@3:*" (see
@@ -352,6 +366,8 @@ def check_run_values(cfg: RunConfig) -> None:
     check_choice("augment", cfg.augment, AUGMENTS)
     check_choice("augment_backend", cfg.augment_backend, AUGMENT_BACKENDS)
     check_choice("normalize", cfg.normalize, NORMALIZE)
+    check_choice("precision", cfg.precision, PRECISIONS)
+    check_choice("channels_last", cfg.channels_last, CHANNELS_LAST)
     tracking_loggers(cfg.tracking)
     for key in ("personal_eval_every", "eval_batch_size"):
         if getattr(cfg, key) < 0:

@@ -18,7 +18,7 @@ import torch
 from fedshift.algorithms import REGISTRY
 from fedshift.config import make_hparams
 from fedshift.core.algorithm import Algorithm, RunInfo
-from fedshift.core.context import ClientContext, SplitView, TrainConfig
+from fedshift.core.context import ClientContext, MixedPrecision, SplitView, TrainConfig
 from fedshift.core.errors import ConfigError, DatasetError
 from fedshift.core.privacy import PrivacySettings
 from fedshift.core.record import Kind
@@ -61,11 +61,37 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None = None):
+def resolve_precision(name: str, device: torch.device) -> MixedPrecision:
+    """The run key ``precision`` on ``device``: auto is bf16 on a CUDA device that supports
+    it, fp32 elsewhere."""
+    if name == "auto":
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        name = "bf16" if bf16 else "fp32"
+    return MixedPrecision(name, device.type)
+
+
+def uses_channels_last(mode: str, device: torch.device, model: torch.nn.Module) -> bool:
+    """Whether the run keeps ``model`` in channels_last memory format: ``on``, or ``auto``
+    for a convolutional model on CUDA (cuDNN's fast layout); never for a model without a
+    2-d convolution."""
+    convolutional = any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    if mode == "auto":
+        return convolutional and device.type == "cuda"
+    return convolutional and mode == "on"
+
+
+def model_builder(
+    cfg: RunConfig,
+    dataset: DomainDataset,
+    options: dict | None = None,
+    device: torch.device | None = None,
+):
     """A function returning the same seeded initialization on every call.
 
     ``options`` are extra model options (a ``hetero_models`` variant). A segmentation
-    dataset with several mask channels (fundus: disc, cup) gets one output channel each."""
+    dataset with several mask channels (fundus: disc, cup) gets one output channel each.
+    The template is channels_last where :func:`uses_channels_last` says so on ``device``
+    (the run's; values are unchanged, only the layout of 4-d weights)."""
     image_size = cfg.image_size or dataset.image_size
     channels = mask_channels(cfg, dataset)
     if len(channels) > 1:
@@ -84,7 +110,8 @@ def model_builder(cfg: RunConfig, dataset: DomainDataset, options: dict | None =
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-
+    if uses_channels_last(cfg.channels_last, device or torch.device("cpu"), template):
+        template = template.to(memory_format=torch.channels_last)
     return ModelBuilder(template)
 
 
@@ -153,7 +180,11 @@ class ModelBuilder:
 
 
 def client_model_builders(
-    cfg: RunConfig, dataset: DomainDataset, scenario: Scenario, build
+    cfg: RunConfig,
+    dataset: DomainDataset,
+    scenario: Scenario,
+    build,
+    device: torch.device | None = None,
 ) -> dict[int, Any]:
     """Each client's model builder: ``build`` for all, or its ``hetero_models`` variant.
 
@@ -171,7 +202,7 @@ def client_model_builders(
             f"hetero_models needs an algorithm that shares no model weights; "
             f"{cfg.algorithm!r} averages models (try fedproto, bd-fedproto or local)"
         )
-    builds = [model_builder(cfg, dataset, options) for options in variants]
+    builds = [model_builder(cfg, dataset, options, device) for options in variants]
     n = len(scenario.clients)
     return {
         c.client_id: builds[variant_of_client(i, n, len(builds))]
@@ -209,6 +240,8 @@ class Experiment:
     info: dict[str, Any] = field(default_factory=dict)
     #: unlabeled images the server holds (``cfg.server_data``), e.g. PerAda's KD set
     server_data: Images | None = None
+    #: the resolved ``precision`` (every client context holds the same)
+    precision: MixedPrecision = field(default_factory=MixedPrecision)
 
 
 def train_config(cfg: RunConfig) -> TrainConfig:
@@ -231,10 +264,12 @@ def client_contexts(
     device: torch.device,
     total_rounds: int,
     augment: Augment | None = None,
+    precision: MixedPrecision | None = None,
 ) -> dict[int, ClientContext]:
     """One context per client; an unlabeled (target) client's views hide their labels.
 
-    ``augment`` applies to the training batches of every client's train view."""
+    ``augment`` applies to the training batches of every client's train view; ``precision``
+    is the run's (fp32 when not given)."""
     contexts = {}
     for client in scenario.clients:
         labeled = client.role == "source"
@@ -252,6 +287,7 @@ def client_contexts(
             device=device,
             train_cfg=train_cfg,
             total_rounds=total_rounds,
+            precision=precision or MixedPrecision(),
         )
     return contexts
 
@@ -402,8 +438,9 @@ def prepare(
         except DatasetError as exc:
             raise ConfigError(str(exc)) from None
     server_data = server_images(cfg, dataset, scenario)
-    build = model_builder(cfg, dataset)
-    client_builds = client_model_builders(cfg, dataset, scenario, build)
+    build = model_builder(cfg, dataset, device=device)
+    client_builds = client_model_builders(cfg, dataset, scenario, build, device)
+    precision = resolve_precision(cfg.precision, device)
     train_cfg = train_config(cfg)
     run = RunInfo(
         num_classes=dataset.num_classes,
@@ -430,10 +467,21 @@ def prepare(
     except DatasetError as exc:
         raise ConfigError(str(exc)) from None
     contexts = client_contexts(
-        scenario, dataset.num_classes, client_builds, train_cfg, device, cfg.rounds, augment
+        scenario,
+        dataset.num_classes,
+        client_builds,
+        train_cfg,
+        device,
+        cfg.rounds,
+        augment,
+        precision,
     )
     inputs = {"augment": augment_name, "normalize": build.template.input_normalization}
     if augment_name == "domainbed":
         inputs["augment_backend"] = backend
     info = run_info(cfg, dataset, scenario, device, inputs)
-    return Experiment(cfg, dataset, scenario, algorithm, contexts, device, info, server_data)
+    info["precision"] = precision.name  # config.json records what auto resolved to
+    info["channels_last"] = uses_channels_last(cfg.channels_last, device, build.template)
+    return Experiment(
+        cfg, dataset, scenario, algorithm, contexts, device, info, server_data, precision
+    )

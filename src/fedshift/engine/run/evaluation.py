@@ -68,6 +68,11 @@ def client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> Cl
     Runs where the client state lives: in-process for the simulation engine, on the
     SuperNode for Flower (the engine's evaluate task), so personal models never travel.
     """
+    with exp.precision.autocast():
+        return _client_scores(exp, ctx, with_domains)
+
+
+def _client_scores(exp: Experiment, ctx: ClientContext, with_domains: bool) -> ClientScores | None:
     algo, device = exp.algorithm, exp.device
     model = personal_model(algo, ctx)
     if model is None:
@@ -123,7 +128,19 @@ def evaluate(
     (``personal_eval_every``); personal methods and per-client scenarios always are. With
     ``sources`` False (``source_eval_every``) a global model is scored on the target domains
     only: no ``source_val_accuracy`` and only the targets in ``per_domain_accuracy``.
+    The forward passes run under the run's precision (autocast; fp32: none).
     """
+    with exp.precision.autocast():
+        return _evaluate(exp, state, score_clients, personal, sources)
+
+
+def _evaluate(
+    exp: Experiment,
+    state: ServerState,
+    score_clients: ScoreClients,
+    personal: bool,
+    sources: bool,
+) -> dict[str, Any]:
     algo, device = exp.algorithm, exp.device
     domain_names = exp.dataset.domain_names
     score = scorer(exp)  # Dice: segmentation

@@ -65,7 +65,8 @@ def run_vectorized(
 ) -> dict[int, Record] | None:
     """Run ``task`` on every client of ``sends`` at once; None when it must run sequentially
     (the algorithm gave no plan for a client, clients differ in architecture, device or
-    settings, or the model has random layers)."""
+    settings, the model has random layers, or the run trains in reduced precision, which the
+    sequential loop autocasts)."""
     if task not in algorithm.batchable or len(sends) < 2:
         return None
     ctxs = [contexts[cid] for cid in sends]
@@ -79,6 +80,7 @@ def run_vectorized(
         or any(ctx.role != "source" for ctx in ctxs)
         or any(ctx.device != first.device or ctx.train_cfg != first.train_cfg for ctx in ctxs)
         or first.train_cfg.optimizer != "sgd"
+        or first.precision.name != "fp32"
     ):
         return None
     plans: list[SupervisedPlan] = []
