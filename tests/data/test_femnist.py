@@ -67,7 +67,7 @@ def test_load_labels_shapes_and_one_client_per_writer(tmp_path):
     [
         ("label", r"user 'f0002_40': labels must be integers 0\.\.61"),
         ("count", r"user 'f0001_12': num_samples says 9, the data holds 5"),
-        ("json", r"unreadable JSON file .*train_9\.json"),
+        ("json", r"JSON file .*train_9\.json is not valid JSON"),
     ],
 )
 def test_a_broken_copy_is_one_clear_line(tmp_path, breakage, match):
