@@ -95,7 +95,7 @@ def test_default_threads_leave_the_busy_cores_alone(monkeypatch, busy, expected)
     monkeypatch.setattr(assembly, "usable_cores", lambda: 2)
     monkeypatch.setattr(assembly, "TORCH_DEFAULT_THREADS", 2)
     monkeypatch.setattr(assembly, "busy_cores_elsewhere", lambda: busy)
-    assert assembly.default_threads() == expected
+    assert assembly.free_core_threads() == expected
 
 
 def test_threads_zero_sets_the_free_cores_and_a_number_wins(monkeypatch, micro_digits):
@@ -108,6 +108,15 @@ def test_threads_zero_sets_the_free_cores_and_a_number_wins(monkeypatch, micro_d
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_threads_zero_is_decided_once_per_process(monkeypatch):
+    """Runs of one process use one count, whatever the load does between them."""
+    monkeypatch.setattr(assembly, "_process_threads", None)
+    busy = iter([0.0, 5.0])
+    monkeypatch.setattr(assembly, "busy_cores_elsewhere", lambda: next(busy))
+    first = assembly.default_threads()
+    assert assembly.default_threads() == first
 
 
 def test_busy_cores_elsewhere_reads_a_count():

@@ -402,12 +402,26 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def default_threads() -> int:
-    """The CPU threads of ``threads=0``: torch's default (one per core), capped at the cores
-    other processes leave free. A thread per core beside a busy process makes every thread
-    wait for the slowest one: measured 6x slower on 2 cores (benchmarks/threads_contention.py)."""
+def free_core_threads() -> int:
+    """Torch's default thread count (one per core), capped at the cores other processes
+    leave free now. A thread per core beside a busy process makes every thread wait for the
+    slowest one: measured 6x slower on 2 cores (benchmarks/threads_contention.py)."""
     free = usable_cores() - round(busy_cores_elsewhere())
     return max(1, min(TORCH_DEFAULT_THREADS, free))
+
+
+#: the thread count of ``threads=0`` in this process, decided by its first run
+_process_threads: int | None = None
+
+
+def default_threads() -> int:
+    """The CPU threads of ``threads=0``: :func:`free_core_threads` at this process's first
+    run, then the same for every later run in it (a sweep, a stop and resume, the tests), so
+    runs of one process agree bit for bit (float results depend on the thread count)."""
+    global _process_threads
+    if _process_threads is None:
+        _process_threads = free_core_threads()
+    return _process_threads
 
 
 def prepare(
