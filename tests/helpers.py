@@ -132,3 +132,16 @@ def close(actual, expected, tol=1e-6) -> bool:
     actual = torch.as_tensor(actual).detach().to(torch.float64)
     expected = torch.from_numpy(np.asarray(expected, dtype=np.float64))
     return actual.shape == expected.shape and torch.allclose(actual, expected, atol=tol)
+
+
+#: smaller sizes for algorithms whose official defaults are costly on a tiny CPU task; the
+#: code paths are the same (the defaults themselves are covered by each method's own tests)
+FAST_SETTINGS = {
+    "perada": {"algo.kd_steps": 5, "algo.kd_batch_size": 64},
+    "fedadg": {
+        "algo.noise_dim": 64,
+        "algo.rp_dim": 64,
+        "algo.generator_hidden": 128,
+        "algo.discriminator_hidden": 64,
+    },
+}

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from helpers import read_history
+from helpers import FAST_SETTINGS, read_history
 
 from fedshift.algorithms import REGISTRY
 from fedshift.config import resolve
@@ -37,19 +37,6 @@ def backbone_settings(cls, tmp_path, dataset) -> dict:
     if not path.exists():
         pretrain(dataset, "syn", path, epochs=1, batch_size=32)
     return {"sources": "mnist,mnistm", "server_data": "syn", "algo.backbone": path}
-
-
-#: smaller sizes for algorithms whose official defaults are costly on a tiny CPU task; the
-#: code paths are the same (the defaults themselves are covered by each method's own tests)
-FAST_SETTINGS = {
-    "perada": {"algo.kd_steps": 5, "algo.kd_batch_size": 64},
-    "fedadg": {
-        "algo.noise_dim": 64,
-        "algo.rp_dim": 64,
-        "algo.generator_hidden": 128,
-        "algo.discriminator_hidden": 64,
-    },
-}
 
 
 def run(tmp_path, name, algorithm, dataset, *, resume=False, stop_after=None, **overrides):

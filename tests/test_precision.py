@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import read_history
+from helpers import FAST_SETTINGS, read_history
 
 from fedshift.algorithms import REGISTRY
 from fedshift.algorithms.toolkit import fit
@@ -25,17 +25,6 @@ from fedshift.pretrain import pretrain
 #: the tiny digits task (96 train images a domain, 32 test): one class of the 32 test images
 #: flipping moves accuracy by ~0.03; bf16 rounding changes the trajectory, not the method
 ACCURACY_TOLERANCE = 0.15
-
-#: smaller sizes for algorithms whose defaults are costly on a tiny CPU task (as the contract)
-FAST_SETTINGS = {
-    "perada": {"algo.kd_steps": 5, "algo.kd_batch_size": 64},
-    "fedadg": {
-        "algo.noise_dim": 64,
-        "algo.rp_dim": 64,
-        "algo.generator_hidden": 128,
-        "algo.discriminator_hidden": 64,
-    },
-}
 
 
 def config(algorithm: str, tmp_path, dataset, **overrides):
