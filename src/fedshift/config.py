@@ -127,6 +127,11 @@ def validate(cfg: RunConfig) -> None:
             f"supported: {', '.join(supported)} (use --protocol {supported[0]})"
         )
     check_problem(cfg, algorithm)
+    if cfg.model_selection == "algorithm" and not algorithm.selection:
+        raise ConfigError(
+            f"model_selection=algorithm: {cfg.algorithm!r} has no label-free selection score "
+            "(FACT and FACT-NF select by min IDD); use model_selection=source-val"
+        )
     if cfg.dp_clip > 0 and not algorithm.private:
         ready = sorted(name for name, cls in REGISTRY.items() if cls.private)
         raise ConfigError(

@@ -24,6 +24,7 @@ from fedshift.algorithms.fact import (
     split_generator_head,
 )
 from fedshift.algorithms.fact_nf import FACTNoFinetune
+from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
 from fedshift.core.record import Record
 from fedshift.core.state import ServerState
@@ -299,3 +300,21 @@ def test_fact_target_step_equals_the_official_step(tiny_digits):
     assert torch.equal(reply.subset("heads.0")["head.fc1.weight"], first["head.fc1.weight"])
     moved = [k for k in first if "running_mean" in k]
     assert moved and all(not torch.equal(reply.subset("heads.0")[k], first[k]) for k in moved)
+
+
+def test_model_selection_algorithm_reports_the_min_idd_round(tmp_path, tiny_digits):
+    """FACT's paper selects by minimal IDD: with ``model_selection=algorithm`` the summary's
+    headline is that round, the source-validation one kept beside it."""
+    exp = prepare(msst_cfg("fact-nf", rounds=3, model_selection="algorithm"), dataset=tiny_digits)
+    summary = Runner(exp, tmp_path / "run", progress=False).run()
+    history = read_history(tmp_path / "run")
+    best = min(history, key=lambda h: h["selection_score"])
+    assert summary["model_selection"] == "min_idd"
+    assert summary["selected_round"] == summary["min_idd_round"] == best["round"]
+    assert summary["target_accuracy"] == best["target_accuracy"]
+    assert "target_accuracy_source_val" in summary
+
+
+def test_model_selection_algorithm_needs_a_label_free_score():
+    with pytest.raises(ConfigError, match="no label-free selection score"):
+        msst_cfg("fada", model_selection="algorithm")

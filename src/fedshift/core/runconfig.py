@@ -60,6 +60,9 @@ TRACKERS: dict[str, str] = {
 #: simulated attacks (``RunConfig.attack``), in :mod:`fedshift.engine.simulation.attacks`
 Attack = Literal["sign-flip", "alie", "ipm", "label-flip", "proto-poison"]
 ATTACKS: tuple[str, ...] = typing.get_args(Attack)
+#: how the summary's target_accuracy picks its round (``RunConfig.model_selection``)
+ModelSelection = Literal["source-val", "algorithm"]
+MODEL_SELECTIONS: tuple[str, ...] = typing.get_args(ModelSelection)
 #: training precision (:class:`fedshift.core.context.MixedPrecision`): fp32, or autocast of the
 #: forward passes to bf16 / fp16 (weights stay fp32); auto: bf16 on a CUDA device that
 #: supports it, fp32 otherwise
@@ -140,6 +143,10 @@ class RunConfig:
     # the source (non-target) domains' val/test scored every N evaluated rounds and in the
     # last; the held-out target is scored in every evaluated round
     source_eval_every: int = 1
+    # which round's model the summary's target_accuracy reports: source-val (DomainBed's
+    # training-domain validation), or algorithm: the method's own label-free score (FACT:
+    # min IDD, as its paper selects); the other stays in the summary under its own key
+    model_selection: ModelSelection = "source-val"
     # samples per forward pass when scoring; 0: by device and image size (CPU: 256 at >= 128
     # px, 1000 below; GPU: 1024)
     eval_batch_size: int = 0
@@ -367,6 +374,7 @@ def check_run_values(cfg: RunConfig) -> None:
     check_choice("augment_backend", cfg.augment_backend, AUGMENT_BACKENDS)
     check_choice("normalize", cfg.normalize, NORMALIZE)
     check_choice("precision", cfg.precision, PRECISIONS)
+    check_choice("model_selection", cfg.model_selection, MODEL_SELECTIONS)
     check_choice("channels_last", cfg.channels_last, CHANNELS_LAST)
     tracking_loggers(cfg.tracking)
     for key in ("personal_eval_every", "eval_batch_size"):

@@ -35,7 +35,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"{domain:<16}{_pct(acc):>11}{tag}")
     lines += [
         "",
-        f"target {score} (source-val selected, round {summary['selected_round']}): "
+        f"target {score} ({summary.get('model_selection', 'source-val')} selected, "
+        f"round {summary['selected_round']}): "
         f"{_pct(summary['target_accuracy'])}",
         f"target {score} (last round): {_pct(summary['target_accuracy_last'])}",
         f"target {score} (mean of the last 5 evaluated rounds): "
