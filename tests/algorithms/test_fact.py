@@ -285,7 +285,7 @@ def test_fact_target_step_equals_the_official_step(tiny_digits):
         opt_g.step()
         for opt in (opt_g, opt_c1, opt_c2):
             opt.zero_grad()
-        discrepancies.append(float(loss))
+        discrepancies.append(float(loss.detach()))
 
     def same(got: dict, want: dict) -> None:
         assert set(got) == set(want)
