@@ -63,7 +63,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
         ["--protocol", "personalized", "--partition", "dirichlet", "--clients-per-domain", "2"],
     ),
 }
-TIMING_KEYS = {"seconds", "wall_seconds", "samples_per_second"}
+TIMING_KEYS = {"seconds", "wall_seconds", "cpu_seconds", "samples_per_second"}
 #: summary keys renamed since (old name -> new name)
 RENAMED = {"task": "problem"}
 

@@ -183,7 +183,7 @@ class Runner:
             dynamic_ncols=True,
         )
         for round_ in range(start + 1, cfg.rounds + 1):
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             fed.begin_round(round_)
             state, train_metrics = self._round(state, round_)
             entry: dict[str, Any] = {"round": round_}
@@ -204,6 +204,9 @@ class Runner:
                 sampled = min(pool, max(1, round(cfg.fraction * pool)))
                 entry["dp_epsilon"] = run_epsilon(privacy, round_, sampled / pool)
             wall += time.perf_counter() - t0
+            # CPU seconds of this process (all its threads): the cost of a round on a shared
+            # machine, where wall time depends on what else runs
+            entry["cpu_seconds"] = round(time.process_time() - cpu0, 3)
             entry["seconds"] = round(time.perf_counter() - t0, 3)
             history.append(entry)
             if round_ % cfg.checkpoint_every == 0 or round_ == cfg.rounds:
@@ -296,6 +299,7 @@ class Runner:
             "bytes_per_round": (self.fed.bytes_up + self.fed.bytes_down) / max(cfg.rounds, 1),
             "failed_clients": sum(h.get("failed_clients", 0) for h in history),
             "wall_seconds": round(wall, 3),
+            "cpu_seconds": round(sum(h.get("cpu_seconds", 0.0) for h in history), 3),
             "samples_per_second": round(self.fed.samples / wall, 1) if wall > 0 else 0.0,
             "device": str(self.exp.device),
         }
