@@ -27,8 +27,10 @@ def hparam_rows(cls) -> list[str]:
     for info in describe_hparams(cls.Hparams):
         default = "" if info.default is dataclasses.MISSING else info.default
         meaning = f"{info.meaning} ({info.range_text})" if info.range_text else info.meaning
+        search = _cell(info.search_text) if info.search_text else ""
         rows.append(
-            f"| `algo.{info.name}` | `{_cell(default)}` | {_cell(info.symbol)} | {_cell(meaning)} |"
+            f"| `algo.{info.name}` | `{_cell(default)}` | {_cell(info.symbol)} | {_cell(meaning)} "
+            f"| {search} |"
         )
     return rows
 
@@ -61,8 +63,8 @@ def method_page(name: str, cls) -> str:
         lines += [
             "## Hyperparameters",
             "",
-            "| key | default | symbol | meaning |",
-            "|---|---|---|---|",
+            "| key | default | symbol | meaning | `sweep --random` draws from |",
+            "|---|---|---|---|---|",
             *rows,
             "",
         ]

@@ -163,6 +163,8 @@ def sweep(
     devices: list[str] | None = None,
     backend: str = "local",
     progress: bool = False,
+    random_trials: int = 0,
+    random_seed: int = 0,
     **keys: Any,
 ) -> list[RunResult]:
     """Run every combination into ``out`` as ``fedshift sweep`` (resumable: finished runs are
@@ -172,6 +174,9 @@ def sweep(
         grid: ``{"algo.mu": [0.001, 0.01], "lr": [0.01, 0.05]}``: every combination is
             crossed with algorithms × targets × seeds (as ``--grid``); an ``algo.NAME`` key
             applies to the algorithms that have that hyperparameter.
+        random_trials: instead of ``grid``, a seeded random search of that many points per
+            algorithm (as ``--random N``; the first point its defaults).
+        random_seed: the random search's seed (``--random-seed``).
         jobs: runs at once (spawned worker processes; 1 runs them in this process).
         devices: given to the runs round-robin, e.g. ``["cuda:0", "cuda:1"]``.
         backend: ``"local"`` or ``"ray"`` (each run a Ray task; needs ``fedshift[ray]``).
@@ -194,6 +199,8 @@ def sweep(
         devices=list(devices) if devices else None,
         backend=backend,
         progress=progress,
+        random_trials=random_trials,
+        random_seed=random_seed,
     )
     results = [load_run(run_dir) for run_dir in summaries.run_dirs]
     if summaries.failed:

@@ -20,7 +20,7 @@ from fedshift.algorithms.toolkit import (
 from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, hp
+from fedshift.core.hparams import BaseHparams, hp, log_uniform
 from fedshift.core.record import Kind, Record
 from fedshift.core.state import ServerState
 
@@ -30,7 +30,11 @@ class DittoHparams(BaseHparams):
     # the official run scripts use --lam=1 (the paper tunes λ in {0.01, 0.1, 1, 2} and its
     # dynamic variant picks from {0.1, 1, 2})
     lam: float = hp(
-        1.0, "λ", "weight of the pull λ/2·‖v_k − θ‖² of a personal model to the global", low=0
+        1.0,
+        "λ",
+        "weight of the pull λ/2·‖v_k − θ‖² of a personal model to the global",
+        low=0,
+        search=log_uniform(0.01, 10.0),
     )
 
 

@@ -19,7 +19,7 @@ from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, hp
+from fedshift.core.hparams import BaseHparams, hp, log_uniform
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.split import dense
@@ -43,12 +43,23 @@ class FedDGELCFSHparams(BaseHparams):
         low=0,
     )
     meta_step: float = hp(
-        1e-3, "β", "inner (meta-train) step size (official meta_step_size)", low=0, low_open=True
+        1e-3,
+        "β",
+        "inner (meta-train) step size (official meta_step_size)",
+        low=0,
+        low_open=True,
+        search=log_uniform(1e-4, 1e-2),
     )
     inner_grad_clip: float = hp(
         100.0, "", "clip value of the inner gradient (official clip_value)", low=0, low_open=True
     )
-    boundary_weight: float = hp(0.1, "γ", "weight of the boundary-oriented contrastive term", low=0)
+    boundary_weight: float = hp(
+        0.1,
+        "γ",
+        "weight of the boundary-oriented contrastive term",
+        low=0,
+        search=log_uniform(0.01, 1.0),
+    )
     temperature: float = hp(
         0.05, "τ", "temperature of the NT-Xent contrastive loss (official)", low=0, low_open=True
     )

@@ -19,7 +19,7 @@ from fedshift.algorithms.toolkit import (
 from fedshift.core.algorithm import client_task
 from fedshift.core.context import ClientContext, SplitView
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, hp
+from fedshift.core.hparams import BaseHparams, hp, uniform
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema
 from fedshift.core.state import ServerState
@@ -39,6 +39,7 @@ class FedGAHparams(BaseHparams):
         high=1,
         low_open=True,
         high_open=True,
+        search=uniform(0.05, 0.5),
     )
     variant: Variant = hp(
         "paper", "", "weight update: paper = centred gaps, step d_t; official = uncentred, d_t/3"

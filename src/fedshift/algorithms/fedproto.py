@@ -23,7 +23,7 @@ from fedshift.algorithms.toolkit import fit, make_optimizer, state_dict_cpu, wei
 from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, hp
+from fedshift.core.hparams import BaseHparams, hp, log_uniform
 from fedshift.core.privacy import private_prototype_mean, withhold_and_clip_prototypes
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ReplySchema, class_names, family
@@ -37,7 +37,11 @@ Inference = Literal["own-prototypes", "all-prototypes", "head"]
 @dataclass(frozen=True)
 class FedProtoHparams(BaseHparams):
     proto_weight: float = hp(
-        1.0, "λ", "weight of the distance to the global prototypes (ld; 0.1 on CIFAR-10)", low=0
+        1.0,
+        "λ",
+        "weight of the distance to the global prototypes (ld; 0.1 on CIFAR-10)",
+        low=0,
+        search=log_uniform(0.1, 10.0),
     )
     weighted: bool = hp(
         True, "", "weight C_k(c) by the class count |D_{k,c}| (eq. 1); false: official plain mean"

@@ -8,7 +8,7 @@ from fedshift.algorithms.fedavg import FedAvg
 from fedshift.algorithms.toolkit import proximal_penalty, reply_with_model
 from fedshift.core.algorithm import SupervisedPlan
 from fedshift.core.context import ClientContext
-from fedshift.core.hparams import BaseHparams, hp
+from fedshift.core.hparams import BaseHparams, hp, log_uniform
 from fedshift.core.record import Record
 
 
@@ -20,6 +20,7 @@ class FedProxHparams(BaseHparams):
         "weight of the proximal term μ/2·‖w − θ‖²; the paper tunes it in {0.001, 0.01, 0.1, 0.5, "
         "1}, FPL and CCST use 0.01",
         low=0,
+        search=log_uniform(1e-3, 1.0),
     )
 
 

@@ -20,7 +20,7 @@ from fedshift.algorithms.toolkit import (
 from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, hp
+from fedshift.core.hparams import BaseHparams, hp, log_uniform
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ArraySpec, ReplySchema, echo
 from fedshift.core.seeding import derive_seed, torch_generator
@@ -34,13 +34,18 @@ L2R_FORMS = get_args(L2RForm)
 @dataclass(frozen=True)
 class FedSRHparams(BaseHparams):
     alpha_l2r: float = hp(
-        0.01, "α^{L2R}", "weight of the L2 regularizer of the representation z", low=0
+        0.01,
+        "α^{L2R}",
+        "weight of the L2 regularizer of the representation z",
+        low=0,
+        search=log_uniform(1e-3, 0.1),
     )
     alpha_cmi: float = hp(
         5e-4,
         "α^{CMI}",
         "weight of the conditional mutual information term (official README: 1e-3 on PACS)",
         low=0,
+        search=log_uniform(1e-4, 1e-2),
     )
     z_dim: int = hp(
         0, "", "size of z; 0: the backbone's embed_dim (official: 512 with ResNet-18)", low=0

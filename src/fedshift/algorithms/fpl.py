@@ -30,7 +30,7 @@ from fedshift.algorithms.toolkit import (
 from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, hp
+from fedshift.core.hparams import BaseHparams, hp, log_uniform
 from fedshift.core.record import Kind, Record
 from fedshift.core.schema import ReplySchema, class_names, family
 from fedshift.core.state import ServerState
@@ -44,6 +44,7 @@ class FPLHparams(BaseHparams):
         "temperature of the CPCL cosine similarities (paper; official infoNCET)",
         low=0,
         low_open=True,
+        search=log_uniform(0.01, 0.5),
     )
     upcr_reduction: Literal["sum", "mean"] = hp(
         "mean", "", "UPCR distance: mean = MSELoss (official code); sum = ‖z − U^c‖² (paper)"

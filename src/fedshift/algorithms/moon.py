@@ -13,7 +13,7 @@ from fedshift.algorithms.toolkit import averaging_round, fit, make_optimizer, st
 from fedshift.core.algorithm import Algorithm, client_task, local_metrics
 from fedshift.core.context import ClientContext
 from fedshift.core.federation import Federation
-from fedshift.core.hparams import BaseHparams, hp
+from fedshift.core.hparams import BaseHparams, hp, log_uniform, uniform
 from fedshift.core.record import Kind, Record
 from fedshift.core.seeding import derive_seed
 from fedshift.core.state import ServerState
@@ -23,10 +23,19 @@ from fedshift.models.base import FedModel
 @dataclass(frozen=True)
 class MoonHparams(BaseHparams):
     mu: float = hp(
-        1.0, "μ", "weight of the model-contrastive loss ℓ_con (paper: 1; 5 on CIFAR-10)", low=0
+        1.0,
+        "μ",
+        "weight of the model-contrastive loss ℓ_con (paper: 1; 5 on CIFAR-10)",
+        low=0,
+        search=log_uniform(0.1, 10.0),
     )
     temperature: float = hp(
-        0.5, "τ", "temperature of the cosine similarities in ℓ_con", low=0, low_open=True
+        0.5,
+        "τ",
+        "temperature of the cosine similarities in ℓ_con",
+        low=0,
+        low_open=True,
+        search=uniform(0.1, 1.0),
     )
     proj_dim: int = hp(256, "", "output size of the projection head h (official out_dim)", low=1)
     classify_projection: bool = hp(

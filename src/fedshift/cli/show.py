@@ -39,10 +39,11 @@ def run(args: argparse.Namespace) -> int:
         print("hyperparameters: none")
         return 0
     print("hyperparameters (--set algo.NAME=VALUE):")
-    rows = [("name", "type", "default", "meaning")]
+    rows = [("name", "type", "default", "meaning", "sweep --random")]
     for info in infos:
         default = "(required)" if info.default is dataclasses.MISSING else repr(info.default)
-        rows.append((f"algo.{info.name}", info.type_text, default, info.summary()))
+        search = info.search_text or "-"
+        rows.append((f"algo.{info.name}", info.type_text, default, info.summary(), search))
     print_table(rows, indent="  ")
     return 0
 

@@ -1,4 +1,5 @@
-"""``fedshift sweep``: algorithms x targets x seeds x a hyperparameter grid, resumable."""
+"""``fedshift sweep``: algorithms x targets x seeds x a hyperparameter grid or random search,
+resumable."""
 
 from __future__ import annotations
 
@@ -27,6 +28,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sweep a run key or algo.<hyperparameter> over values, crossed with the others, "
         "e.g. --grid algo.mu=0.001,0.01 --grid lr=0.01,0.05 "
         "(run directories ALGO-TARGET-sSEED@KEY=V,...)",
+    )
+    parser.add_argument(
+        "--random",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of --grid, a seeded random search: N points per algorithm (the first "
+        "its defaults), drawing lr, weight_decay and each hyperparameter with a search "
+        "distribution (`fedshift show ALGO`); keys fixed by --set are not drawn",
+    )
+    parser.add_argument(
+        "--random-seed",
+        type=int,
+        default=0,
+        help="seed of the random search's draws (default 0)",
     )
     parser.add_argument(
         "--jobs",
@@ -70,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         devices=csv(args.devices) if args.devices else None,
         backend=args.backend,
         progress=not args.quiet,
+        random_trials=args.random,
+        random_seed=args.random_seed,
     )
     if summaries:
         if has_grid(summaries):

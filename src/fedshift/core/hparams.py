@@ -7,13 +7,16 @@ typed ``Literal[...]``. :meth:`BaseHparams.__post_init__` checks every choice an
 one message style, and a subclass's :meth:`BaseHparams.check` keeps only the rules that tie
 fields together. :func:`describe_hparams` is the one reader of the declarations (``fedshift
 show``, ``--help``, the generated method pages). :func:`make_hparams` is the only way a run
-builds one, so every bad value is a :class:`ConfigError` and never a traceback.
+builds one, so every bad value is a :class:`ConfigError` and never a traceback. A field may
+also declare a random-search distribution (``search=log_uniform(1e-3, 1)``), which ``fedshift
+sweep --random N`` draws from, as DomainBed's ``hparams_registry`` does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -23,6 +26,8 @@ from fedshift.core.runconfig import coerce, field_type
 
 #: the field-metadata key holding an :func:`hp` declaration's :class:`HparamRange`
 RANGE_KEY = "range"
+#: the field-metadata key holding an :func:`hp` declaration's :class:`Search`
+SEARCH_KEY = "search"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +57,69 @@ class HparamRange:
         return ""
 
 
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """A random-search distribution: ``log`` (log-uniform on [low, high]), ``uniform`` (on
+    [low, high]), ``int`` (a uniform integer in [low, high]) or ``choice`` (one of
+    ``choices``). Drawn floats keep 3 significant digits, so run folders name them exactly."""
+
+    kind: Literal["log", "uniform", "int", "choice"]
+    low: float = 0.0
+    high: float = 0.0
+    choices: tuple[Any, ...] = ()
+
+    def draw(self, rng: random.Random) -> Any:
+        """One value, from ``rng`` only (the same stream gives the same value)."""
+        if self.kind == "choice":
+            return self.choices[rng.randrange(len(self.choices))]
+        if self.kind == "int":
+            return rng.randint(int(self.low), int(self.high))
+        if self.kind == "log":
+            value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        else:
+            value = rng.uniform(self.low, self.high)
+        return float(f"{value:.3g}")
+
+    def values(self) -> list[Any]:
+        """The values a draw can take at the extremes (both bounds, or every choice)."""
+        return list(self.choices) if self.kind == "choice" else [self.low, self.high]
+
+    def text(self) -> str:
+        """``log-uniform [0.001, 1]``, ``uniform [0.1, 1]``, ``integer [1, 4]``, ``one of a, b``."""
+        if self.kind == "choice":
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        name = {"log": "log-uniform", "uniform": "uniform", "int": "integer"}[self.kind]
+        return f"{name} [{self.low:g}, {self.high:g}]"
+
+
+def log_uniform(low: float, high: float) -> Search:
+    """Search ``exp(U(log low, log high))``: for weights and step sizes spanning decades."""
+    if not 0 < low < high:
+        raise TypeError(f"log_uniform needs 0 < low < high, got {low}, {high}")
+    return Search("log", low, high)
+
+
+def uniform(low: float, high: float) -> Search:
+    """Search ``U(low, high)``."""
+    if not low < high:
+        raise TypeError(f"uniform needs low < high, got {low}, {high}")
+    return Search("uniform", low, high)
+
+
+def integers(low: int, high: int) -> Search:
+    """Search a uniform integer in ``[low, high]``."""
+    if not low < high:
+        raise TypeError(f"integers needs low < high, got {low}, {high}")
+    return Search("int", low, high)
+
+
+def one_of(*choices: Any) -> Search:
+    """Search one of ``choices`` with equal probability."""
+    if len(choices) < 2:
+        raise TypeError("one_of needs at least two choices")
+    return Search("choice", choices=tuple(choices))
+
+
 def hp(
     default: Any,
     symbol: str = "",
@@ -60,18 +128,23 @@ def hp(
     high: float | None = None,
     low_open: bool = False,
     high_open: bool = False,
+    search: Search | None = None,
 ) -> Any:
     """One hyperparameter: its default, the paper's ``symbol`` (empty where the paper has
-    none), its meaning (``help``) and its range (``low``/``high``, each closed unless
-    ``low_open``/``high_open``), checked on construction of the dataclass."""
+    none), its meaning (``help``), its range (``low``/``high``, each closed unless
+    ``low_open``/``high_open``), checked on construction of the dataclass, and optionally the
+    distribution ``search`` that ``fedshift sweep --random`` draws it from."""
     if (low_open and low is None) or (high_open and high is None):
         raise TypeError("an open bound needs its value (low_open needs low, high_open high)")
     interval = HparamRange(low, high, low_open, high_open)
     if interval.text() and not interval.holds(default):
         raise TypeError(f"default {default!r} lies outside its own range {interval.text()}")
-    return dataclasses.field(
-        default=default, metadata={"symbol": symbol, "help": help, RANGE_KEY: interval}
-    )
+    if search is not None and interval.text():
+        outside = [v for v in search.values() if not interval.holds(v)]
+        if outside:
+            raise TypeError(f"search {search.text()} leaves the range {interval.text()}")
+    metadata = {"symbol": symbol, "help": help, RANGE_KEY: interval, SEARCH_KEY: search}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +186,7 @@ class HparamInfo:
     symbol: str  # the paper's symbol; empty where the paper has none
     meaning: str
     range_text: str  # ">= 0", "in (0, 1)"; empty where any value goes
+    search_text: str = ""  # "log-uniform [0.001, 1]"; empty where --random leaves it fixed
 
     def summary(self) -> str:
         """Symbol, meaning and range on one line: ``τ temperature of ... (> 0)``."""
@@ -141,9 +215,19 @@ def describe_hparams(cls: type) -> list[HparamInfo]:
                 symbol=item.metadata.get("symbol", ""),
                 meaning=item.metadata.get("help", ""),
                 range_text=interval.text() if interval is not None else "",
+                search_text=search.text() if (search := item.metadata.get(SEARCH_KEY)) else "",
             )
         )
     return infos
+
+
+def search_spaces(cls: type) -> dict[str, Search]:
+    """Field name -> its declared :class:`Search`, for the fields that declare one."""
+    return {
+        f.name: f.metadata[SEARCH_KEY]
+        for f in dataclasses.fields(cls)
+        if f.metadata.get(SEARCH_KEY) is not None
+    }
 
 
 def hparam_types(cls: type) -> dict[str, Any]:

@@ -60,6 +60,8 @@ def sweep(
     devices: list[str] | None = None,
     backend: str = "local",
     progress: bool = True,
+    random_trials: int = 0,
+    random_seed: int = 0,
 ) -> SweepSummaries:
     """Run every combination (× every grid point) into ``out``; see :func:`run_name`.
 
@@ -67,7 +69,8 @@ def sweep(
     are resumed, the rest start fresh — so re-running the same sweep continues it. A run
     another process is writing is skipped. A run that fails is reported in one line and the
     sweep goes on; the result lists it in ``failed``. Every configuration is resolved before
-    the first run, so a bad name, grid key or value fails before any work.
+    the first run, so a bad name, grid key or value fails before any work. ``random_trials``
+    replaces the grid by a seeded random search (``--random N``, see :func:`plan`).
 
     ``jobs`` runs at once: 1 (default for ``local``) runs in this process; more run in
     spawned worker processes; with ``backend="ray"`` each run is a Ray task (default: all
@@ -93,6 +96,8 @@ def sweep(
         devices=devices,
         # Ray without jobs: one thread per run (unless set), Ray fills the CPUs
         jobs=jobs or ((os.cpu_count() or 1) if backend == "ray" else 1),
+        random_trials=random_trials,
+        random_seed=random_seed,
     )
     if parallel:
         check_picklable(runs)

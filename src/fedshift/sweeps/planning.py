@@ -1,5 +1,5 @@
-"""Planning a sweep: algorithms × targets × seeds × a hyperparameter grid, every run resolved
-by :func:`fedshift.config.resolve` before the first one starts."""
+"""Planning a sweep: algorithms × targets × seeds × a hyperparameter grid or a seeded random
+search, every run resolved by :func:`fedshift.config.resolve` before the first one starts."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fedshift.core.hparams import hparam_types
 from fedshift.core.runconfig import RunConfig, check_choice_device
 from fedshift.data.custom import registered_datasets
 from fedshift.engine.assembly import resolve_device
+from fedshift.sweeps.random_search import random_points, searched_keys
 
 #: run keys a sweep takes from its own options, not from ``--grid``
 SWEEP_OPTIONS = {"algorithm": "-a/--algorithms", "target": "-t/--targets", "seed": "--seeds"}
@@ -132,16 +133,25 @@ def plan(
     grid: dict[str, list[Any]] | list[str] | None = None,
     devices: list[str] | None = None,
     jobs: int = 1,
+    random_trials: int = 0,
+    random_seed: int = 0,
 ) -> list[PlannedRun]:
     """Every run of the sweep, resolved and checked (ConfigError before any work).
 
     Grid values override ``flags``; a grid key also given in ``sets`` (``--set``) or as a
-    flag is an error, as is a grid point no algorithm of the sweep uses. ``devices`` are
-    given round-robin in plan order. With ``jobs`` > 1 a run whose ``threads`` is unset gets
-    ``max(1, cores // jobs)`` CPU threads, so parallel runs do not oversubscribe the cores.
+    flag is an error, as is a grid point no algorithm of the sweep uses. ``random_trials`` >
+    0 replaces the grid by a seeded random search (:mod:`fedshift.sweeps.random_search`):
+    that many points per algorithm, crossed with targets × seeds; a key fixed by a flag or
+    ``--set`` is not drawn. ``devices`` are given round-robin in plan order. With ``jobs`` >
+    1 a run whose ``threads`` is unset gets ``max(1, cores // jobs)`` CPU threads, so
+    parallel runs do not oversubscribe the cores.
     """
     out = Path(out).absolute()
     grid = parse_grid(grid)
+    if random_trials < 0:
+        raise ConfigError(f"--random must be at least 1, got {random_trials}")
+    if random_trials and grid:
+        raise ConfigError("give --grid or --random, not both")
     flags = {k if k.startswith("algo.") else renamed(k): v for k, v in (flags or {}).items()}
     given = {k if k.startswith("algo.") else renamed(k) for k in parse_set(list(sets or []))}
     given |= {k for k, v in flags.items() if v is not None}
@@ -171,14 +181,19 @@ def plan(
     planned: list[PlannedRun] = []
     names: dict[str, dict[str, Any]] = {}
     for algorithm in algorithms:
+        if random_trials:
+            recorded = list(searched_keys(algorithm, given))
+            points = random_points(algorithm, random_trials, random_seed, given)
+        else:
+            recorded = []
+            points = [applicable(point, algorithm, known) for point in grid_points(grid)]
         for target in targets:
             for seed in seeds:
-                for point in grid_points(grid):
-                    point = applicable(point, algorithm, known)
+                for point in points:
                     settings = {**flags, **point, "algorithm": algorithm}
                     settings.update(target=target, seed=seed)
                     cfg = resolve(config_file, settings, list(sets or []))
-                    values = {k: resolved_value(cfg, k) for k in point}
+                    values = {k: resolved_value(cfg, k) for k in recorded or point}
                     name = run_name(algorithm, target, seed, values)
                     if name in names:
                         if names[name] != cfg.to_dict():
