@@ -84,8 +84,11 @@ def sampled_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def open_cached(data: Path, sidecar: Path, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The cached pixels mapped read-only, or None (with a warning if a file was bad)."""
+def open_cached(
+    data: Path, sidecar: Path, shape: tuple[int, ...], mmap_mode: str = "r"
+) -> np.ndarray | None:
+    """The cached pixels mapped read-only (``mmap_mode="c"``: copy-on-write, for callers
+    that hand out plain tensors), or None (with a warning if a file was bad)."""
     if not data.exists() and not sidecar.exists():
         return None
     try:
@@ -96,7 +99,7 @@ def open_cached(data: Path, sidecar: Path, shape: tuple[int, ...]) -> np.ndarray
             raise ValueError(f"{data.stat().st_size} bytes, expected {info.get('bytes')}")
         if sampled_digest(data) != info.get("sha256_sampled"):
             raise ValueError("checksum mismatch")
-        pixels = np.load(data, mmap_mode="r", allow_pickle=False)
+        pixels = np.load(data, mmap_mode=mmap_mode, allow_pickle=False)
         if pixels.dtype != np.uint8 or pixels.shape != shape:
             raise ValueError(f"array {pixels.dtype} {pixels.shape}, expected uint8 {shape}")
         return pixels

@@ -305,8 +305,12 @@ def _site_arrays(
         mask_data, mask_sidecar = image_cache.cache_paths(
             folder, spec.name, f"{site}-mask", size, key
         )
-        pixels = image_cache.open_cached(data, sidecar, image_shape)
-        cached_masks = image_cache.open_cached(mask_data, mask_sidecar, mask_shape)
+        # copy-on-write maps, as after a first load below: the splits are plain tensor
+        # views (pooled_domain), so torch must get writable arrays (a read-only map makes
+        # it warn "The given NumPy array is not writable"); a write stays private to this
+        # process and nothing is copied up front (these sets are a few hundred images)
+        pixels = image_cache.open_cached(data, sidecar, image_shape, mmap_mode="c")
+        cached_masks = image_cache.open_cached(mask_data, mask_sidecar, mask_shape, "c")
         if pixels is not None and cached_masks is not None:
             return torch.from_numpy(pixels), torch.from_numpy(cached_masks), str(data)
         description = {"dataset": spec.name, "domain": site, "root": root, "key": key}
