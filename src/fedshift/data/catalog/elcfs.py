@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedshift.core.bounded import load_npy
 from fedshift.data import image_cache
 from fedshift.data.catalog.base import (
     CatalogDataset,
@@ -189,16 +190,8 @@ def site_files(spec: ElcfsDataset, root: Path) -> dict[str, list[Path]]:
 
 def _header(path: Path) -> tuple[tuple[int, ...], np.dtype]:
     """(shape, dtype) of a ``.npy`` file, from its header (the data is only mapped)."""
-    try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise DatasetError(_unreadable(path, exc)) from None
+    array = load_npy(path, DatasetError, mmap_mode="r")
     return tuple(array.shape), array.dtype
-
-
-def _unreadable(path: Path, exc: Exception) -> str:
-    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-    return f"cannot read {path} as a .npy array ({reason})"
 
 
 def _check_shape(spec: ElcfsDataset, path: Path, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -211,10 +204,7 @@ def _check_shape(spec: ElcfsDataset, path: Path, shape: tuple[int, ...], dtype: 
 
 
 def _read(spec: ElcfsDataset, path: Path) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise DatasetError(_unreadable(path, exc)) from None
+    array = load_npy(path, DatasetError)
     _check_shape(spec, path, array.shape, array.dtype)
     return array
 
