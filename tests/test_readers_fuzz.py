@@ -3,15 +3,21 @@ huge numbers, truncations, NUL bytes, invalid UTF-8), raises only its one error 
 
 Readers: the run directory's JSON (config.json, summary.json, metrics.jsonl), a TOML
 ``--config`` file, a preset, a dataset's JSON file, a ``.mat`` file, a split list, a
-checkpoint, and a Flower array's ``.npy`` header.
+checkpoint, a Flower array's ``.npy`` header, the caches' sidecars and ``.npy`` files (the
+image cache, digits-dg, the Flower node cache's manifest, stamp and arrays), a pretrained
+backbone's sidecar, the Flower run token in ``config.json`` and the resident worker's secret.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,11 +26,17 @@ from fedshift.config import read_toml
 from fedshift.core.errors import CheckpointError, ConfigError, DatasetError
 from fedshift.core.runfiles import RunFiles, load_json_object, read_json_file, read_summary
 from fedshift.core.state import load_checkpoint
+from fedshift.data import digits, image_cache
 from fedshift.data.formats.jsonfile import read_json
 from fedshift.data.formats.mat import mat_load, mat_variables
 from fedshift.data.lists import read_split_list
+from fedshift.engine.flower import node_cache
+from fedshift.engine.flower.resident import WorkerUnavailable, read_secret
+from fedshift.engine.flower.serverapp import run_token
+from fedshift.engine.flower.settings import DeployOptions
 from fedshift.engine.flower.wire import ProtocolError, npy_layout
 from fedshift.presets import load_preset
+from fedshift.pretrain import read_sidecar
 
 FUZZ = settings(max_examples=50, deadline=None)
 
@@ -180,3 +192,104 @@ def test_toml_size_bound(tmp_path):
     path.write_bytes(b"# padding\n" * ((1 << 20) // 10 + 1))
     with pytest.raises(ConfigError, match="larger than the 1,048,576-byte bound"):
         read_toml(path)
+
+
+def _quiet(read: Callable[[Path], object]) -> Callable[[Path], object]:
+    """``read`` with its warnings (a cache's "unusable, rebuilding") silenced."""
+
+    def quiet(path: Path) -> object:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return read(path)
+
+    return quiet
+
+
+def _image_cache_sidecar(path: Path) -> object:
+    data = path.with_suffix(".npy")
+    np.save(data, np.zeros((1, 3, 2, 2), dtype=np.uint8))
+    return image_cache.open_cached(data, path, (1, 3, 2, 2))
+
+
+def _image_cache_data(path: Path) -> object:
+    """A hostile ``.npy`` whose sidecar matches it (so it reaches ``np.load``)."""
+    sidecar = path.with_suffix(".json")
+    info = {"version": image_cache.CACHE_VERSION, "shape": [1, 3, 2, 2]}
+    info |= {"bytes": path.stat().st_size, "sha256_sampled": image_cache.sampled_digest(path)}
+    sidecar.write_text(json.dumps(info))
+    return image_cache.open_cached(path, sidecar, (1, 3, 2, 2))
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_image_cache_files(data):  # a bad file means: decode again (a warning, never an error)
+    only_raises((), _quiet(_image_cache_sidecar), "x.json", data)
+    only_raises((), _quiet(_image_cache_data), "x.npy", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_digits_cache_sidecar(data):  # a bad sidecar means: rebuild (a warning)
+    def read(path: Path) -> object:
+        npz = path.with_suffix(".npz")
+        npz.write_bytes(b"PK\x05\x06" + bytes(18))
+        return digits._try_load_cache(npz, path)
+
+    only_raises((), _quiet(read), "digits-dg-v1.json", data)
+
+
+def _manifest(files: dict[str, str]) -> dict:
+    head = {"layout": node_cache.LAYOUT, "name": "d", "domains": ["a"], "classes": ["c"]}
+    return head | {"channels": 1, "image_size": 2, "meta": {}, "files": files}
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_flower_node_cache(data):  # a bad cache means: rebuild it
+    invalid = node_cache.CacheInvalid
+    only_raises(invalid, lambda p: node_cache.open_cache(p.parent), node_cache.MANIFEST, data)
+
+    def stamp(path: Path) -> object:
+        manifest = _manifest({}) | {"domains": []}
+        (path.parent / node_cache.MANIFEST).write_text(json.dumps(manifest))
+        return node_cache.open_cache(path.parent)
+
+    only_raises((), stamp, node_cache.STAMP, data)
+
+    def array(path: Path) -> object:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        manifest = _manifest({path.name: digest, "0-train-y.npy": digest})
+        (path.parent / "0-train-y.npy").write_bytes(path.read_bytes())
+        (path.parent / node_cache.MANIFEST).write_text(json.dumps(manifest))
+        return node_cache.open_cache(path.parent)
+
+    only_raises(node_cache.CacheInvalid, array, "0-train-x.npy", data)
+
+
+def test_flower_node_cache_refuses_paths_outside_it(tmp_path):
+    (tmp_path / "cache").mkdir()
+    manifest = _manifest({"../secret.npy": "0" * 64})
+    (tmp_path / "cache" / node_cache.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(node_cache.CacheInvalid, match="files are not"):
+        node_cache.open_cache(tmp_path / "cache")
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_pretrained_backbone_sidecar(data):
+    only_raises(ConfigError, lambda p: read_sidecar(p.with_suffix("")), "backbone.pt.json", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_flower_run_token(data):
+    def read(path: Path) -> object:
+        return run_token(DeployOptions(out_dir=str(path.parent), resume=True))
+
+    only_raises(CheckpointError, read, "config.json", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_worker_secret(data):
+    only_raises(WorkerUnavailable, read_secret, "worker.secret", data)

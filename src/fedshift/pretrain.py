@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fedshift.core.bounded import MAX_SIDECAR_BYTES, read_json_bounded
+from fedshift.core.errors import ConfigError
 from fedshift.core.seeding import derive_seed
 from fedshift.core.split import to_input
 from fedshift.core.state import atomic_save
@@ -36,8 +38,8 @@ def read_sidecar(weights: str | Path) -> dict[str, Any] | None:
     path = sidecar_path(weights)
     if not path.is_file():
         return None
-    meta = json.loads(path.read_text())
-    return meta if meta.get("format") == SIDECAR_FORMAT else None
+    meta = read_json_bounded(path, ConfigError, MAX_SIDECAR_BYTES)
+    return meta if isinstance(meta, dict) and meta.get("format") == SIDECAR_FORMAT else None
 
 
 def pretrain(

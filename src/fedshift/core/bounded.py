@@ -1,6 +1,7 @@
 """Bounded parsing of the JSON and TOML files fedshift reads: a size bound, a nesting-depth
-bound and one error type chosen by the caller, so a hostile or broken file is a one-line
-error (never a ``RecursionError``, a ``MemoryError`` or a huge-integer ``ValueError``)."""
+bound and one error type chosen by the caller (a :class:`FedshiftError`, or a cache's own
+"rebuild it" error), so a hostile or broken file is a one-line error (never a
+``RecursionError``, a ``MemoryError`` or a huge-integer ``ValueError``)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,18 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from fedshift.core.errors import FedshiftError
-
 #: deepest nesting of arrays and objects (tables) a JSON or TOML file may hold
 MAX_DEPTH = 64
 #: largest TOML file read (config files and presets are a few KiB)
 MAX_TOML_BYTES = 1 << 20
 #: largest run-directory JSON file read (config.json, summary.json)
 MAX_RUN_JSON_BYTES = 64 << 20
+#: largest sidecar or manifest JSON of a cache read (they are a few KiB)
+MAX_SIDECAR_BYTES = 16 << 20
 
 
 def read_bytes_bounded(
-    path: str | os.PathLike, limit: int, error: type[FedshiftError], what: str
+    path: str | os.PathLike, limit: int, error: type[Exception], what: str
 ) -> bytes:
     """The bytes of ``path``; a missing, unreadable or over-``limit`` file raises ``error``."""
     path = Path(path)
@@ -54,13 +55,13 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
-def _check_depth(value: Any, error: type[FedshiftError], where: str) -> Any:
+def _check_depth(value: Any, error: type[Exception], where: str) -> Any:
     if nesting_depth(value) > MAX_DEPTH:
         raise error(f"{where} nests deeper than {MAX_DEPTH} levels")
     return value
 
 
-def parse_json(text: str | bytes, error: type[FedshiftError], where: str) -> Any:
+def parse_json(text: str | bytes, error: type[Exception], where: str) -> Any:
     """The JSON value of ``text``; malformed, too deep or unparsable numbers raise ``error``."""
     try:
         value = json.loads(text)
@@ -71,7 +72,7 @@ def parse_json(text: str | bytes, error: type[FedshiftError], where: str) -> Any
     return _check_depth(value, error, where)
 
 
-def parse_toml(raw: bytes, error: type[FedshiftError], where: str) -> dict[str, Any]:
+def parse_toml(raw: bytes, error: type[Exception], where: str) -> dict[str, Any]:
     """The TOML document of ``raw`` (UTF-8); malformed or too deep raises ``error``."""
     try:
         value = tomllib.loads(raw.decode("utf-8"))
@@ -83,7 +84,7 @@ def parse_toml(raw: bytes, error: type[FedshiftError], where: str) -> dict[str, 
 
 
 def read_json_bounded(
-    path: str | os.PathLike, error: type[FedshiftError], limit: int = MAX_RUN_JSON_BYTES
+    path: str | os.PathLike, error: type[Exception], limit: int = MAX_RUN_JSON_BYTES
 ) -> Any:
     """The JSON value of the file ``path`` under the size and depth bounds."""
     raw = read_bytes_bounded(path, limit, error, "JSON file")
@@ -91,8 +92,27 @@ def read_json_bounded(
 
 
 def read_toml_bounded(
-    path: str | os.PathLike, error: type[FedshiftError], what: str = "config file"
+    path: str | os.PathLike, error: type[Exception], what: str = "config file"
 ) -> dict[str, Any]:
     """The TOML document of the file ``path`` under the size and depth bounds."""
     raw = read_bytes_bounded(path, MAX_TOML_BYTES, error, what)
     return parse_toml(raw, error, f"{what} {path}")
+
+
+def load_npy(path: str | os.PathLike, error: type[Exception], mmap_mode: str | None = None) -> Any:
+    """The ``.npy`` array in ``path`` (never a pickle, never an ``.npz`` archive), mapped
+    with ``mmap_mode``; a file that is not one raises ``error``. The shape in its header is
+    checked against the file's size by numpy (a mapping longer than the file, or a read
+    that comes up short, fails), so a header cannot make it allocate more than the file."""
+    import numpy as np  # not at import time: the config readers above need no numpy
+
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(6)
+        if magic != b"\x93NUMPY":
+            raise ValueError("no .npy magic")
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except Exception as exc:  # np.load raises OSError, ValueError, EOFError,
+        # SyntaxError or tokenize.TokenError (its header is a Python literal), MemoryError...
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise error(f"cannot read {path} as a .npy array ({reason})") from None

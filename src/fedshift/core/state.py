@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from fedshift.core.errors import CheckpointError, StorageError
+from fedshift.core.torchload import load_failure, load_weights_only
 
 log = logging.getLogger(__name__)
 
@@ -223,11 +224,11 @@ def _load_one(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror}") from exc
     try:
-        data = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        data = load_weights_only(io.BytesIO(payload))
     except Exception as exc:  # torch raises many types for truncated/garbage files
         raise CheckpointError(
-            f"checkpoint {path} is corrupt or not a fedshift checkpoint ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); delete it to start over"
+            f"checkpoint {path} is corrupt or not a fedshift checkpoint ({load_failure(exc)}); "
+            "delete it to start over"
         ) from exc
     if not isinstance(data, dict) or data.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a fedshift checkpoint (missing format tag)")

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.core.bounded import MAX_SIDECAR_BYTES, read_json_bounded
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 
 NAME = "digits-dg"
@@ -437,7 +438,9 @@ def _try_load_cache(npz_path: Path, sidecar: Path) -> dict[str, np.ndarray] | No
     if not npz_path.exists():
         return None
     try:
-        info = json.loads(sidecar.read_text())
+        info = read_json_bounded(sidecar, DatasetError, MAX_SIDECAR_BYTES)
+        if not isinstance(info, dict):
+            raise ValueError(f"the sidecar holds a {type(info).__name__}, not an object")
         if info.get("builder_version") != BUILDER_VERSION:
             raise ValueError(
                 f"builder version {info.get('builder_version')!r} != {BUILDER_VERSION}"

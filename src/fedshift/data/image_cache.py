@@ -32,6 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fedshift.core.bounded import MAX_SIDECAR_BYTES, load_npy, read_json_bounded
+from fedshift.core.errors import DatasetError
+
 #: bump when the file layout or the decoder's output changes: old files are then ignored
 CACHE_VERSION = 1
 #: the sub-folder of the fedshift cache dir holding these files
@@ -84,19 +87,24 @@ def sampled_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def open_cached(data: Path, sidecar: Path, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The cached pixels mapped read-only, or None (with a warning if a file was bad)."""
+def open_cached(
+    data: Path, sidecar: Path, shape: tuple[int, ...], mmap_mode: str = "r"
+) -> np.ndarray | None:
+    """The cached pixels mapped read-only (``mmap_mode="c"``: copy-on-write, for callers
+    that hand out plain tensors), or None (with a warning if a file was bad)."""
     if not data.exists() and not sidecar.exists():
         return None
     try:
-        info = json.loads(sidecar.read_text())
-        if info.get("version") != CACHE_VERSION or tuple(info.get("shape", ())) != shape:
+        info = read_json_bounded(sidecar, DatasetError, MAX_SIDECAR_BYTES)
+        if not isinstance(info, dict):
+            raise ValueError(f"its sidecar holds a {type(info).__name__}, not an object")
+        if info.get("version") != CACHE_VERSION or info.get("shape") != list(shape):
             raise ValueError(f"it describes shape {info.get('shape')}, expected {list(shape)}")
         if data.stat().st_size != info.get("bytes"):
             raise ValueError(f"{data.stat().st_size} bytes, expected {info.get('bytes')}")
         if sampled_digest(data) != info.get("sha256_sampled"):
             raise ValueError("checksum mismatch")
-        pixels = np.load(data, mmap_mode="r", allow_pickle=False)
+        pixels = load_npy(data, DatasetError, mmap_mode)
         if pixels.dtype != np.uint8 or pixels.shape != shape:
             raise ValueError(f"array {pixels.dtype} {pixels.shape}, expected uint8 {shape}")
         return pixels

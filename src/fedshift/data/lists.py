@@ -91,7 +91,11 @@ def read_split_list(
                 f"in folder {folder!r}"
             )
         image = inside(images, relative, where)
-        if not image.is_file():
+        try:
+            found = image.is_file()
+        except OSError as exc:  # a name too long for the file system, ...
+            raise DatasetError(f"{where} names a file it cannot check ({exc.strerror})") from None
+        if not found:
             raise DatasetError(f"{where} names a missing file {image}")
         entries.append((image, label))
     return entries

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 
-import torch
 from torch import Tensor, nn
+
+from fedshift.core.torchload import load_failure, load_weights_only
 
 __all__ = [
     "ADAIN_EPS",
@@ -112,10 +113,10 @@ def _read_state_dict(path: str | os.PathLike, what: str) -> dict[str, Tensor]:
     if not os.path.isfile(path):
         raise ValueError(f"{what} weights file not found: {path!r}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_weights_only(path)
     except Exception as exc:  # torch raises many types for corrupt or pickled files
         raise ValueError(
-            f"could not read {what} weights {path!r} as a tensor state dict ({type(exc).__name__})"
+            f"could not read {what} weights {path!r} as a tensor state dict ({load_failure(exc)})"
         ) from exc
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ValueError(f"{what} weights {path!r} do not hold a state dict of tensors")

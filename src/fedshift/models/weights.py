@@ -14,8 +14,9 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-import torch
 from torch import Tensor
+
+from fedshift.core.torchload import load_failure, load_weights_only
 
 from .base import FedModel
 
@@ -54,11 +55,11 @@ def _read(path: str | os.PathLike) -> dict[str, Tensor]:
     if not os.path.isfile(path):
         raise ValueError(f"weights file not found: {path!r}")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = load_weights_only(path)
     except Exception as exc:  # corrupt file, pickle with disallowed globals, ...
         raise ValueError(
             f"could not read weights file {path!r} as a tensor state_dict "
-            f"(torch.load(weights_only=True) failed: {type(exc).__name__}: {exc})"
+            f"(torch.load(weights_only=True) failed: {load_failure(exc)})"
         ) from exc
     if isinstance(obj, Mapping) and not all(isinstance(v, Tensor) for v in obj.values()):
         # a checkpoint that wraps the state_dict, e.g. {"state_dict": {...}, "epoch": 3}

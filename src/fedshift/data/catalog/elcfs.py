@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedshift.core.bounded import load_npy
 from fedshift.data import image_cache
 from fedshift.data.catalog.base import (
     CatalogDataset,
@@ -189,16 +190,8 @@ def site_files(spec: ElcfsDataset, root: Path) -> dict[str, list[Path]]:
 
 def _header(path: Path) -> tuple[tuple[int, ...], np.dtype]:
     """(shape, dtype) of a ``.npy`` file, from its header (the data is only mapped)."""
-    try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise DatasetError(_unreadable(path, exc)) from None
+    array = load_npy(path, DatasetError, mmap_mode="r")
     return tuple(array.shape), array.dtype
-
-
-def _unreadable(path: Path, exc: Exception) -> str:
-    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-    return f"cannot read {path} as a .npy array ({reason})"
 
 
 def _check_shape(spec: ElcfsDataset, path: Path, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -211,10 +204,7 @@ def _check_shape(spec: ElcfsDataset, path: Path, shape: tuple[int, ...], dtype: 
 
 
 def _read(spec: ElcfsDataset, path: Path) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise DatasetError(_unreadable(path, exc)) from None
+    array = load_npy(path, DatasetError)
     _check_shape(spec, path, array.shape, array.dtype)
     return array
 
@@ -305,8 +295,12 @@ def _site_arrays(
         mask_data, mask_sidecar = image_cache.cache_paths(
             folder, spec.name, f"{site}-mask", size, key
         )
-        pixels = image_cache.open_cached(data, sidecar, image_shape)
-        cached_masks = image_cache.open_cached(mask_data, mask_sidecar, mask_shape)
+        # copy-on-write maps, as after a first load below: the splits are plain tensor
+        # views (pooled_domain), so torch must get writable arrays (a read-only map makes
+        # it warn "The given NumPy array is not writable"); a write stays private to this
+        # process and nothing is copied up front (these sets are a few hundred images)
+        pixels = image_cache.open_cached(data, sidecar, image_shape, mmap_mode="c")
+        cached_masks = image_cache.open_cached(mask_data, mask_sidecar, mask_shape, "c")
         if pixels is not None and cached_masks is not None:
             return torch.from_numpy(pixels), torch.from_numpy(cached_masks), str(data)
         description = {"dataset": spec.name, "domain": site, "root": root, "key": key}

@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedshift.core.bounded import MAX_SIDECAR_BYTES, load_npy, read_json_bounded
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.split import Images, RowGather, Split
 from fedshift.data.domains import Domain, DomainDataset
@@ -45,8 +47,12 @@ SPLITS = ("train", "val", "test")
 FIELDS = ("x", "y", "mask")
 
 
+#: the name of a cached tensor's file (``<domain>-<split>-<field>.npy``)
+CACHE_FILE = re.compile(r"[0-9]{1,6}-(train|val|test)-(x|y|mask)\.npy")
+
+
 class CacheInvalid(ValueError):
-    """A node cache that is missing, incomplete or fails its checksums."""
+    """A node cache that is missing, incomplete, malformed or fails its checksums."""
 
 
 def cache_key(cfg: RunConfig, max_samples: int) -> str:
@@ -118,18 +124,42 @@ def write_cache(dataset: DomainDataset, folder: Path) -> None:
         shutil.rmtree(build, ignore_errors=True)
 
 
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _check_manifest(manifest: Any) -> dict[str, Any]:
+    """``manifest`` if it has the shape :func:`write_cache` writes, else CacheInvalid."""
+    if not isinstance(manifest, dict):
+        raise CacheInvalid(f"the manifest is a {type(manifest).__name__}, not an object")
+    if manifest.get("layout") != LAYOUT:
+        raise CacheInvalid(f"layout {str(manifest.get('layout'))[:40]!r}, expected {LAYOUT}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(f, str) and CACHE_FILE.fullmatch(f) and isinstance(d, str)
+        for f, d in files.items()
+    ):
+        raise CacheInvalid("the manifest's files are not {'<d>-<split>-<field>.npy': sha256}")
+    fields = {"name": str, "channels": int, "image_size": int, "meta": dict}
+    for key, kind in fields.items():
+        if not isinstance(manifest.get(key), kind) or isinstance(manifest.get(key), bool):
+            raise CacheInvalid(f"the manifest's {key!r} is not a {kind.__name__}")
+    if not _strings(manifest.get("domains")) or not _strings(manifest.get("classes")):
+        raise CacheInvalid("the manifest's domains or classes are not lists of names")
+    return manifest
+
+
 def _verify(folder: Path) -> dict[str, Any]:
     """The manifest, after checking every file changed since its last full check."""
+    manifest = _check_manifest(
+        read_json_bounded(folder / MANIFEST, CacheInvalid, MAX_SIDECAR_BYTES)
+    )
+    files: dict[str, str] = manifest["files"]
     try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        files: dict[str, str] = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CacheInvalid(f"unreadable manifest ({exc})") from None
-    if manifest.get("layout") != LAYOUT:
-        raise CacheInvalid(f"layout {manifest.get('layout')!r}, expected {LAYOUT}")
-    try:
-        stamp = json.loads((folder / STAMP).read_text())
-    except (OSError, ValueError):
+        stamp = read_json_bounded(folder / STAMP, CacheInvalid, MAX_SIDECAR_BYTES)
+    except CacheInvalid:
+        stamp = {}
+    if not isinstance(stamp, dict):
         stamp = {}
     checked: dict[str, list[int]] = {}
     for file, digest in files.items():
@@ -159,32 +189,38 @@ def open_cache(folder: Path) -> DomainDataset:
         if file not in manifest["files"]:
             return None
         if field == "y":
-            return torch.from_numpy(np.load(folder / file, allow_pickle=False))
-        mapped = np.load(folder / file, mmap_mode="r", allow_pickle=False)
+            return torch.from_numpy(load_npy(folder / file, CacheInvalid))
+        mapped = load_npy(folder / file, CacheInvalid, mmap_mode="r")
         with warnings.catch_warnings():  # read-only: only the RowGather reads it
             warnings.filterwarnings("ignore", "The given NumPy array is not writable")
             stored = torch.from_numpy(mapped)
         return RowGather.take(stored, torch.arange(len(stored)))
 
-    domains = {}
-    for index, name in enumerate(manifest["domains"]):
-        splits = {
-            split: Split(
-                x=tensor(index, split, "x"),
-                y=tensor(index, split, "y"),
-                mask=tensor(index, split, "mask"),
-            )
-            for split in SPLITS
-        }
-        domains[name] = Domain(name=name, **splits)
-    return DomainDataset(
-        name=manifest["name"],
-        domains=domains,
-        classes=list(manifest["classes"]),
-        channels=int(manifest["channels"]),
-        image_size=int(manifest["image_size"]),
-        meta=dict(manifest["meta"]),
-    )
+    try:  # arrays that do not fit together (a manifest written by someone else)
+        domains = {}
+        for index, name in enumerate(manifest["domains"]):
+            splits = {
+                split: Split(
+                    x=tensor(index, split, "x"),
+                    y=tensor(index, split, "y"),
+                    mask=tensor(index, split, "mask"),
+                )
+                for split in SPLITS
+            }
+            domains[name] = Domain(name=name, **splits)
+        return DomainDataset(
+            name=manifest["name"],
+            domains=domains,
+            classes=list(manifest["classes"]),
+            channels=int(manifest["channels"]),
+            image_size=int(manifest["image_size"]),
+            meta=dict(manifest["meta"]),
+        )
+    except CacheInvalid:
+        raise
+    except (ValueError, TypeError, IndexError, AttributeError, RuntimeError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise CacheInvalid(f"the cached arrays do not fit together ({reason})") from None
 
 
 def node_dataset(cfg: RunConfig, max_samples: int, cache_root: Path, build) -> DomainDataset:

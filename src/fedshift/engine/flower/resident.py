@@ -30,6 +30,7 @@ import json
 import os
 import socket
 import stat
+import string
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,8 @@ START_TIMEOUT = 120.0
 CONNECT_TIMEOUT = 30.0
 #: a Unix socket path must fit in sun_path (108 bytes on Linux, with its NUL)
 MAX_SOCKET_PATH = 100
+#: the largest worker secret file read (the secret is 64 hex digits)
+MAX_SECRET_BYTES = 256
 
 
 class WorkerUnavailable(RuntimeError):
@@ -173,12 +176,23 @@ def supernode_pid() -> int:
     return superexec or os.getpid()
 
 
+def read_secret(path: Path) -> str:
+    """The worker secret in ``path`` (read up to :data:`MAX_SECRET_BYTES`):
+    FileNotFoundError when there is none, WorkerUnavailable when it is not a hex token."""
+    with open(path, "rb") as handle:
+        raw = handle.read(MAX_SECRET_BYTES + 1)
+    secret = raw.decode("ascii", "replace").strip()
+    if len(raw) > MAX_SECRET_BYTES or not secret or secret.strip(string.hexdigits):
+        raise WorkerUnavailable(f"the worker secret {path} is not a hex token")
+    return secret
+
+
 def _connect(paths: WorkerPaths) -> tuple[socket.socket, str]:
     """A connection to the worker and its secret; FileNotFoundError when none runs."""
     if not paths.socket.exists():
         raise FileNotFoundError(f"no worker socket {paths.socket}")
     try:
-        secret = paths.secret.read_text().strip()
+        secret = read_secret(paths.secret)
     except FileNotFoundError:
         raise  # the worker left (idle) between the two checks: none runs
     except OSError as exc:

@@ -18,6 +18,7 @@ import uuid
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedshift.core.bounded import read_json_bounded
 from fedshift.core.errors import CheckpointError
 from fedshift.core.runfiles import RunFiles
 from fedshift.engine.assembly import Experiment
@@ -61,8 +62,8 @@ def run_token(opts: DeployOptions) -> str:
         return uuid.uuid4().hex
     config = RunFiles(opts.out_dir).config
     try:
-        return str(json.loads(config.read_text())["run_info"]["flower_run_token"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return str(read_json_bounded(config, CheckpointError)["run_info"]["flower_run_token"])
+    except (CheckpointError, KeyError, TypeError) as exc:
         raise CheckpointError(
             f"cannot resume on Flower: {config} does not name the run's Flower token ({exc}); "
             "resume a run that was started on Flower with the same out-dir"

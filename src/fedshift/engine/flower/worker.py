@@ -38,7 +38,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedshift.engine.flower.messages import CONTROL
-from fedshift.engine.flower.resident import WorkerPaths, WorkerUnavailable, worker_paths
+from fedshift.engine.flower.resident import (
+    WorkerPaths,
+    WorkerUnavailable,
+    read_secret,
+    worker_paths,
+)
 from fedshift.engine.flower.wire import (
     PROLOGUE,
     ProtocolError,
@@ -120,10 +125,10 @@ class Worker:
     def cleanup(self) -> None:
         """Remove the socket and secret if they are still this worker's."""
         try:
-            if self.paths.secret.read_text().strip() == self.secret:
+            if read_secret(self.paths.secret) == self.secret:
                 self.paths.socket.unlink(missing_ok=True)
                 self.paths.secret.unlink(missing_ok=True)
-        except OSError:
+        except (OSError, WorkerUnavailable):
             pass
 
     def serve(self) -> int:
