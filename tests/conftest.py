@@ -1,11 +1,12 @@
 """Shared fixtures: the digits-dg dataset built once per session into a temp cache, smaller
 cuts of it, a synthetic personalized task and a backbone pretrained on digits. Plain helper
-functions live in ``helpers.py``."""
+functions live in ``helpers.py``. Also puts every test folder on ``sys.path`` (tests/README.md)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,15 @@ from helpers import CLASSES
 
 from fedshift.data.domains import Domain, DomainDataset, Split
 from fedshift.pretrain import pretrain
+
+# pytest's default ``prepend`` import mode puts only a test file's own folder (and this one) on
+# sys.path; every test folder is added here, after the installed packages, so a test imports
+# helpers.py, two_clients.py or another test file's data builders by basename from any folder.
+# Basenames are unique across tests/ (prepend mode refuses two test files of one name anyway).
+for _folder in sorted(Path(__file__).resolve().parent.rglob("*")):
+    if _folder.is_dir() and not _folder.name.startswith((".", "_")):
+        if str(_folder) not in sys.path:
+            sys.path.append(str(_folder))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 Imported as ``from helpers import ...``: pytest's default ``prepend`` import mode puts this
 folder on ``sys.path`` when it loads ``tests/conftest.py``, which it does before collecting any
-test below it (``tests/algorithms/`` included)."""
+test below it; ``conftest.py`` adds every subfolder too (tests/README.md)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from fedshift.data.catalog import CATALOG
 from fedshift.models import build_model
 from fedshift.presets import META_KEYS, PRESET_DIR, load_preset, preset_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: catalog entries other branches add; a preset may name them before they are merged here
 PENDING_DATASETS = ("digit-five", "fundus", "prostate")
 

@@ -120,7 +120,7 @@ def test_only_registered_supernodes_connect(tmp_path_factory, digits_cache):
     cluster = Cluster(tmp_path_factory.mktemp("auth"), digits_cache)
     certs = cluster.root / "certs"
     if shutil.which("openssl") and shutil.which("ssh-keygen"):  # the documented script
-        script = Path(__file__).resolve().parents[1] / "deploy" / "flower" / "make-keys.sh"
+        script = Path(__file__).resolve().parents[3] / "deploy" / "flower" / "make-keys.sh"
         subprocess.run(["bash", str(script), str(certs), "127.0.0.1", "2"], check=True)
         tls = {"ca": certs / "ca.crt", "cert": certs / "server.pem", "key": certs / "server.key"}
         registered_key, registered_pub = certs / "supernode-0", certs / "supernode-0.pub"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "data_pipeline.py"
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "data_pipeline.py"
 
 
 def _rows(lines: list[str], first: str) -> list[list[str]]:

@@ -18,7 +18,7 @@ from fedshift.presets import PRESET_DIR, load_preset, preset_names
 from fedshift.report.table import format_summary
 from fedshift.scenarios import build_scenario
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def clients_of(task) -> dict[str, int]:

@@ -62,7 +62,7 @@ from fedshift.engine.flower.settings import (  # noqa: E402
 )
 from fedshift.engine.run.runner import run_experiment  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 APP_DIR = REPO / "deploy" / "flower"
 ACCURACY_KEYS = ("target_accuracy", "target_accuracy_last", "source_val_accuracy")
 
