@@ -5,7 +5,7 @@ data.
     python benchmarks/data_pipeline.py [--images 2000] [--repeats 3] [--threads 1]
                                        [--workers 0] [--batch 64] [--size 224]
                                        [--parts pipeline,resnet,rss,augment] [--work DIR]
-                                       [--augment-batches 8] [--smoke]
+                                       [--augment-batches 8] [--compile BACKEND] [--smoke]
 
 ``--parts`` picks the sections (default: ``pipeline``).
 
@@ -32,7 +32,10 @@ ratios of the medians.
 **ResNet-18** (``resnet``): training samples/s (SGD, cross-entropy, batch 16 on the CPU)
 at 224 px on random inputs; on a CUDA device also bf16 autocast + channels_last (batch 128)
 and the share of the device's dense bf16 peak (``--peak-tflops``, or a table of known
-devices), counting 3 x 1.82 GMAC x 2 FLOP per training sample.
+devices), counting 3 x 1.82 GMAC x 2 FLOP per training sample. ``--compile BACKEND`` adds a
+line for the last of those settings: samples/s with the model compiled in place as the run
+key ``compile=true`` does (``nn.Module.compile``; ``inductor`` is its backend) against
+eager, and the seconds of the first, compiling step.
 
 **Augmentation backends** (``augment``): DomainBed's augmentation (``augment=domainbed``) of
 ``--augment-batches`` uint8 batches of ``--batch`` images at ``--size`` px on the CPU with
@@ -317,9 +320,31 @@ def resnet_lines(args) -> list[str]:
                 share = f"{rate * flop_per_sample / peak:.1%} of {peak / 1e12:.0f} TFLOP/s"
             device = name
         lines.append(f"| {device} | {precision} | {batch} | {rate:,.1f} | {share} |")
+    if args.compile:
+        lines.append(compile_line(args, model, x, y, fast, steps, rate))
     if size != 224:
         lines.append(f"(smoke mode: {size} px)")
     return lines
+
+
+def compile_line(args, eager, x, y, fast: bool, steps: int, eager_rate: float) -> str:
+    """The last setting's samples/s with the model compiled in place as ``compile=true``
+    compiles it (``nn.Module.compile``, default mode; backend ``--compile``) against eager,
+    and the seconds of the first (compiling) step."""
+    import copy
+
+    model = copy.deepcopy(eager)
+    model.compile(backend=args.compile)
+    start = time.perf_counter()
+    seconds = timed_steps(model, x, y, fast, steps)
+    first = time.perf_counter() - start - seconds
+    rate = x.shape[0] * steps / seconds
+    where = "bf16 autocast + channels_last" if fast else "float32"
+    return (
+        f"compile=true vs false ({args.compile}, {where}, batch {x.shape[0]}): "
+        f"{rate:,.1f} vs {eager_rate:,.1f} samples/s ({rate / eager_rate:.2f}x); "
+        f"first step {first:.0f} s (compiling)"
+    )
 
 
 # -- augmentation backends ---------------------------------------------------------------------
@@ -577,6 +602,13 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--domainnet-scale", type=float, default=1.0, help="of DomainNet's counts")
     parser.add_argument("--work", default="", help="folder for the tree and caches (kept)")
     parser.add_argument("--smoke", action="store_true", help="tiny settings: a test that it runs")
+    parser.add_argument(
+        "--compile",
+        default="",
+        metavar="BACKEND",
+        help="resnet: also time the model compiled in place with this torch.compile backend "
+        "(inductor: compile=true's; eager: a quick check that the step runs)",
+    )
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.rss_kinds = [k for k in args.rss_kinds.split(",") if k]
@@ -598,15 +630,17 @@ def main(argv: list[str] | None = None) -> list[str]:
             f"unknown part {sorted(unknown)[0]!r}; choose from pipeline, resnet, rss, augment"
         )
     lines = []
-    if "pipeline" in parts:
-        lines += pipeline_table(args, work)
-    if "resnet" in parts:
-        lines += ["", *resnet_lines(args)]
-    if "rss" in parts:
-        lines += ["", *rss_lines(args, work)]
-    if "augment" in parts:
-        lines += ["", *augment_lines(args)]
-    print("\n".join(lines), flush=True)
+    sections = [
+        ("pipeline", lambda: pipeline_table(args, work)),
+        ("resnet", lambda: ["", *resnet_lines(args)]),
+        ("rss", lambda: ["", *rss_lines(args, work)]),
+        ("augment", lambda: ["", *augment_lines(args)]),
+    ]
+    for name, section in sections:
+        if name in parts:  # each printed when done: a time-boxed caller keeps what finished
+            done = section()
+            print("\n".join(done), flush=True)
+            lines += done
     return lines
 
 

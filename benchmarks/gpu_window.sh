@@ -6,7 +6,8 @@
 #   throughput  FedAvg, 100 digit-CNN clients: sequential vs vectorized vs the fused
 #               one-model ceiling, in one run (benchmarks/throughput.py)
 #   resnet      ResNet-18 at 224 px, bf16 + channels_last: samples/s and share of the bf16
-#               peak (benchmarks/data_pipeline.py --parts resnet)
+#               peak, and compile=true vs false samples/s (torch.compile, inductor; the first
+#               step's compile seconds) (benchmarks/data_pipeline.py --parts resnet --compile)
 #   input       the batched augmentation on the GPU against the model's samples/s
 #               (benchmarks/data_pipeline.py --parts augment; the target is >= 1.5x)
 #   pacs        a real PACS FedAvg run: ResNet-18 from scratch (no ImageNet weights here),
@@ -100,8 +101,9 @@ if [ "$dry" -eq 1 ]; then
   step gpu-tests 120 "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
   step throughput 120 "$py" benchmarks/throughput.py --quick --device cpu \
     --methods sequential,vectorized,fused --threads 1
+  # the compile line with the eager backend: inductor's C++ build takes minutes on a CPU
   step resnet 120 "$py" benchmarks/data_pipeline.py --smoke --parts resnet --threads 1 \
-    --work "$out/pipeline"
+    --compile eager --work "$out/pipeline"
   step input 120 "$py" benchmarks/data_pipeline.py --smoke --parts augment --threads 1 \
     --work "$out/pipeline"
   pacs_flags="--model cnn --set image_size=16 --set client_data_fraction=0.5 --rounds 1"
@@ -110,8 +112,8 @@ else
   step gpu-tests 90 "$py" -m pytest -q -m gpu -p no:cacheprovider tests
   step throughput 100 "$py" benchmarks/throughput.py --clients 100 --device cuda \
     --methods sequential,vectorized,fused --repeats 3
-  step resnet 90 "$py" benchmarks/data_pipeline.py --parts resnet --size 224 --batch 256 \
-    --repeats 3 --work "$out/pipeline"
+  step resnet 150 "$py" benchmarks/data_pipeline.py --parts resnet --size 224 --batch 256 \
+    --repeats 3 --compile inductor --work "$out/pipeline"
   step input 90 "$py" benchmarks/data_pipeline.py --parts augment --size 224 --batch 128 \
     --repeats 3 --work "$out/pipeline"
   pacs_flags="--model resnet18 --rounds 100"

@@ -117,8 +117,10 @@ def print_task(cfg) -> None:
     """``--dry-run``: the resolved config (as a TOML file ``--config`` reads) and the
     federated task, built as for a run but not trained."""
     from fedshift.engine.assembly import prepare
+    from fedshift.engine.simulation.vectorized import vectorize_summary
 
-    info = prepare(cfg).info
+    exp = prepare(cfg)
+    info = exp.info
     settings = cfg.to_dict()
     algo = settings.pop("algo")
     print("# resolved config (usable as --config FILE)")
@@ -134,7 +136,11 @@ def print_task(cfg) -> None:
     per_domain = Counter(client["domain"] for client in info["clients"])
     print("# clients per domain: " + ", ".join(f"{d} {n}" for d, n in per_domain.items()))
     layout = "channels_last" if info["channels_last"] else "contiguous"
-    print(f"# training: precision {info['precision']} on {info['device']}; {layout} models")
+    compiled = "compiled (torch.compile)" if info["compile"] else "eager"
+    where = f"precision {info['precision']} on {info['device']}"
+    print(f"# training: {where}; {layout} models; {compiled}")
+    clients = vectorize_summary(cfg.vectorize, exp.device, exp.precision.name, cfg.compile)
+    print(f"# clients: {clients}")
     columns = ("id", "name", "domain", "role", "train", "val", "test")
     print_table([columns, *([client[k] for k in columns] for client in info["clients"])])
 

@@ -162,6 +162,11 @@ class RunConfig:
     precision: Precision = "auto"
     # channels_last memory format for convolutional models: on, off, auto (on with CUDA)
     channels_last: ChannelsLast = "auto"
+    # torch.compile each model built for training and evaluation (nn.Module.compile, the
+    # default mode; checkpoint and reply keys unchanged); false (default): eager. Needs a
+    # C++ compiler on the CPU and Triton on CUDA, checked at startup; the vectorized path
+    # is not compiled, so vectorize=auto runs clients sequentially under compile=true
+    compile: bool = False
     # a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off
     max_reply_value: float = 1e6
     # inject client faults in the simulation engine, e.g. "raise@2:1,nan@3:*" (see

@@ -112,7 +112,38 @@ def model_builder(
             raise ConfigError(str(exc)) from None
     if uses_channels_last(cfg.channels_last, device or torch.device("cpu"), template):
         template = template.to(memory_format=torch.channels_last)
-    return ModelBuilder(template)
+    return ModelBuilder(template, compile=cfg.compile)
+
+
+def compile_problem(device: torch.device) -> str | None:
+    """Why ``compile=true`` cannot run on ``device`` (None: it can): torch.compile's default
+    backend (inductor) generates C++ on the CPU, so it needs a C++ compiler there, and
+    Triton kernels on CUDA. Checked at startup so that a missing toolchain is one line
+    before any work, not a traceback in the first client's training step."""
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile is not supported on this Python/platform"
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else "torch.compile on CUDA needs Triton, not installed"
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        get_cpp_compiler()
+    except Exception:  # inductor raises InvalidCxxCompiler; any failure means the same
+        return "torch.compile on the CPU needs a C++ compiler (g++, or $CXX): none found"
+    return None
+
+
+def check_compile(cfg: RunConfig, device: torch.device) -> None:
+    """``compile=true``'s prerequisites on the run's device, or a ConfigError (exit 2)."""
+    if not cfg.compile:
+        return
+    problem = compile_problem(device)
+    if problem:
+        raise ConfigError(f"compile=true: {problem}; run with --set compile=false")
 
 
 def segmentation_only(name: str) -> str:
@@ -134,7 +165,9 @@ def mask_channels(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
 class ModelBuilder:
     """Builds copies of one seeded template model (one architecture).
 
-    Calling it returns a fresh deep copy, as algorithms expect. :meth:`lease` hands out a
+    Calling it returns a fresh deep copy, as algorithms expect (compiled in place where the
+    run says ``compile=true``: ``model(x)`` runs compiled; an algorithm calling
+    ``features``/``classifier`` directly runs those eagerly). :meth:`lease` hands out a
     module kept from an earlier client call instead (about 6x cheaper than a deep copy of the
     digit CNN): inside :meth:`leasing` each lease is a distinct module, reset to the
     template's trainable flags and training mode with no gradients, and all of them return
@@ -142,13 +175,21 @@ class ModelBuilder:
     and keep no reference to the module or its tensors past the call.
     """
 
-    def __init__(self, template: torch.nn.Module):
+    def __init__(self, template: torch.nn.Module, compile: bool = False):
         self.template = template
+        #: each built module is compiled in place (``nn.Module.compile``, the run key
+        #: ``compile``); the template stays eager (the vectorized path calls it functionally)
+        self.compile = compile
         self._free: list[torch.nn.Module] = []
         self._leased: list[torch.nn.Module] | None = None
 
     def __call__(self) -> torch.nn.Module:
-        return copy.deepcopy(self.template)
+        model = copy.deepcopy(self.template)
+        if self.compile:
+            # in place, not torch.compile(model): no OptimizedModule wrapper, so state_dict
+            # keys (replies, checkpoints) have no ``_orig_mod.`` prefix; copies share graphs
+            model.compile()
+        return model
 
     @contextlib.contextmanager
     def leasing(self):
@@ -432,6 +473,7 @@ def prepare(
     ``dataset`` skips loading ``cfg.dataset`` (tests pass small in-memory datasets).
     """
     device = resolve_device(cfg.device)
+    check_compile(cfg, device)
     torch.set_num_threads(cfg.threads if cfg.threads > 0 else default_threads())
     if cfg.model_weights:  # a missing weight file is reported before any image is decoded
         try:
@@ -496,6 +538,7 @@ def prepare(
     info = run_info(cfg, dataset, scenario, device, inputs)
     info["precision"] = precision.name  # config.json records what auto resolved to
     info["channels_last"] = uses_channels_last(cfg.channels_last, device, build.template)
+    info["compile"] = cfg.compile
     return Experiment(
         cfg, dataset, scenario, algorithm, contexts, device, info, server_data, precision
     )

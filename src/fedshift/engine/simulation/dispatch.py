@@ -18,7 +18,11 @@ from fedshift.engine.federation import (
 from fedshift.engine.run.evaluation import ClientScores, client_scores
 from fedshift.engine.simulation.faults import InjectedFault
 from fedshift.engine.simulation.tampering import Tampering
-from fedshift.engine.simulation.vectorized import run_vectorized, vectorize_enabled
+from fedshift.engine.simulation.vectorized import (
+    run_vectorized,
+    vectorize_blocker,
+    vectorize_enabled,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +63,11 @@ class SimulationFederation(BaseFederation):
         def score(ctx: ClientContext, with_domains: bool) -> ClientScores | None:
             return client_scores(exp, ctx, with_domains)
 
-        vectorize = vectorize_enabled(exp.cfg.vectorize, exp.device)
+        settings = (exp.precision.name, exp.cfg.compile)
+        vectorize = vectorize_enabled(exp.cfg.vectorize, exp.device, *settings)
+        blocker = vectorize_blocker(*settings)
+        if exp.cfg.vectorize == "on" and blocker:
+            log.warning("vectorize=on: clients run sequentially; %s", blocker)
         return cls(
             exp.algorithm,
             exp.contexts,

@@ -33,12 +33,48 @@ from fedshift.core.seeding import derive_seed
 RANDOM_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d)
 
 
-def vectorize_enabled(mode: str, device: torch.device) -> bool:
+def vectorize_blocker(precision: str = "fp32", compile: bool = False) -> str | None:
+    """Why a run's settings keep its clients off the vectorized path (None: they do not).
+
+    Reduced precision: autocast does not reach every op under ``torch.func.vmap``. A
+    batching rule re-dispatches below the autocast layer to the op it lowers to, and
+    autocast lists ``conv2d`` but not the ``aten::convolution`` that vmap's convolution
+    rule calls, so a vmapped convolution runs in fp32 while the sequential path runs it in
+    bf16/fp16 (linear layers do autocast; fp16 would also need a per-client loss scaler).
+    ``compile=true``: the vectorized path trains the uncompiled template functionally."""
+    if precision != "fp32":
+        return (
+            f"precision {precision}: vmap does not autocast convolutions "
+            "(precision=fp32 keeps clients vectorized)"
+        )
+    if compile:
+        return "compile=true: the vectorized path is not compiled"
+    return None
+
+
+def vectorize_enabled(
+    mode: str, device: torch.device, precision: str = "fp32", compile: bool = False
+) -> bool:
     """``vectorize`` = on, off or auto (on with CUDA, where it pays; the CPU keeps the
-    bit-exact sequential path by default)."""
+    bit-exact sequential path by default), and only where :func:`vectorize_blocker` finds
+    nothing in the run's ``precision`` (the resolved one) and ``compile``."""
     if mode not in MODES:
         raise ValueError(f"vectorize must be one of {', '.join(MODES)}, got {mode!r}")
-    return mode == "on" or (mode == "auto" and device.type == "cuda")
+    wanted = mode == "on" or (mode == "auto" and device.type == "cuda")
+    return wanted and vectorize_blocker(precision, compile) is None
+
+
+def vectorize_summary(
+    mode: str, device: torch.device, precision: str = "fp32", compile: bool = False
+) -> str:
+    """How a run's clients will execute, in words (``fedshift run --dry-run``)."""
+    if vectorize_enabled(mode, device, precision, compile):
+        return f"vectorized where a task allows (vectorize={mode})"
+    wanted = mode == "on" or (mode == "auto" and device.type == "cuda")
+    blocker = vectorize_blocker(precision, compile)
+    if wanted and blocker:
+        return f"sequential (vectorize={mode}, but {blocker})"
+    return f"sequential (vectorize={mode} on {device.type})"
 
 
 @dataclass
@@ -66,7 +102,7 @@ def run_vectorized(
     """Run ``task`` on every client of ``sends`` at once; None when it must run sequentially
     (the algorithm gave no plan for a client, clients differ in architecture, device or
     settings, the model has random layers, or the run trains in reduced precision, which the
-    sequential loop autocasts)."""
+    sequential loop autocasts and vmap would not: see :func:`vectorize_blocker`)."""
     if task not in algorithm.batchable or len(sends) < 2:
         return None
     ctxs = [contexts[cid] for cid in sends]
