@@ -60,6 +60,7 @@ def test_dry_run_names_compile(capsys):
     assert "contiguous models; eager" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the first inductor compile of the training step takes minutes on a CPU
 @pytest.mark.skipif(CPU_PROBLEM is not None, reason=f"compile=true cannot run: {CPU_PROBLEM}")
 def test_a_compiled_run_trains_keeps_checkpoint_keys_and_resumes(tmp_path, micro_digits):
     """2 rounds of FedAvg with compile=true, stopped after round 1 and resumed: finite
