@@ -179,7 +179,8 @@ def sweep(
         random_seed: the random search's seed (``--random-seed``).
         jobs: runs at once (spawned worker processes; 1 runs them in this process).
         devices: given to the runs round-robin, e.g. ``["cuda:0", "cuda:1"]``.
-        backend: ``"local"`` or ``"ray"`` (each run a Ray task; needs ``fedshift[ray]``).
+        backend: a name of :data:`fedshift.sweeps.launchers.LAUNCHERS`: ``"local"`` or
+            ``"ray"`` (each run a Ray task; needs ``fedshift[ray]``).
         **keys: run keys applied to every run (``algo={...}`` too).
 
     Raises:

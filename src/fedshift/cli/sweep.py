@@ -10,6 +10,7 @@ from fedshift.cli.errors import Command
 from fedshift.cli.flags import add_run_flags, flag_values
 from fedshift.cli.run import csv
 from fedshift.core.errors import ConfigError, RunInterrupted
+from fedshift.sweeps.launchers import LAUNCHERS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,10 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=["local", "ray"],
+        choices=list(LAUNCHERS),
         default="local",
-        help="local: this process (jobs 1) or spawned worker processes; ray: one Ray task per "
-        "run (pip install 'fedshift[ray]'; joins $RAY_ADDRESS when set)",
+        help="; ".join(f"{name}: {launcher.help}" for name, launcher in LAUNCHERS.items()),
     )
     parser.add_argument("--quiet", action="store_true")
 

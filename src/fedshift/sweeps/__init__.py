@@ -10,7 +10,6 @@ runs back, resumes interrupted ones from their checkpoints and starts the rest.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +93,7 @@ def sweep(
         sets=sets,
         grid=grid,
         devices=devices,
-        # Ray without jobs: one thread per run (unless set), Ray fills the CPUs
-        jobs=jobs or ((os.cpu_count() or 1) if backend == "ray" else 1),
+        jobs=jobs or launcher.default_jobs(),
         random_trials=random_trials,
         random_seed=random_seed,
     )
@@ -111,7 +109,7 @@ def sweep(
             pending.append((index, run))
     report = SweepProgress(len(runs), len(outcomes), enabled=progress, parallel=parallel)
     if pending and (outcomes or parallel):
-        how = f" ({backend}, jobs {jobs or 'as Ray schedules'})" if parallel else ""
+        how = f" ({backend}, jobs {jobs or 'as the backend schedules'})" if parallel else ""
         report.line(
             f"sweep: {len(runs)} runs, {len(outcomes)} finished earlier, {len(pending)} to run"
             + how

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import multiprocessing
+import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -109,12 +110,16 @@ def run_ray(pending, jobs: int | None, report: SweepProgress, gpus_per_run: floa
 @dataclasses.dataclass(frozen=True)
 class Launcher:
     """A sweep backend: ``check()`` before planning (a missing package is a one-line
-    ConfigError), whether ``jobs`` runs go in parallel, and ``launch(pending, jobs, devices,
-    report, progress)`` returning each run's outcome by index."""
+    ConfigError), whether ``jobs`` runs go in parallel, ``default_jobs()`` (how many runs the
+    CPU threads are divided among when ``--jobs`` is not given), ``launch(pending, jobs,
+    devices, report, progress)`` returning each run's outcome by index, and its ``help``
+    (``fedshift sweep --help``)."""
 
     check: Callable[[], Any]
     parallel: Callable[[int | None], bool]
     launch: Callable[..., dict[int, RunOutcome]]
+    default_jobs: Callable[[], int]
+    help: str
 
 
 def launch_local(pending, jobs, devices, report: SweepProgress, progress: bool):
@@ -134,7 +139,18 @@ def launch_ray(pending, jobs, devices, report: SweepProgress, progress: bool):
 #: backend name (``--backend``) -> its launcher; adding a backend is one function and one line
 LAUNCHERS: dict[str, Launcher] = {
     "local": Launcher(
-        check=lambda: None, parallel=lambda jobs: (jobs or 1) > 1, launch=launch_local
+        check=lambda: None,
+        parallel=lambda jobs: (jobs or 1) > 1,
+        launch=launch_local,
+        default_jobs=lambda: 1,
+        help="this process (jobs 1) or spawned worker processes",
     ),
-    "ray": Launcher(check=check_ray_backend, parallel=lambda jobs: True, launch=launch_ray),
+    "ray": Launcher(
+        check=check_ray_backend,
+        parallel=lambda jobs: True,
+        launch=launch_ray,
+        # without --jobs every run is submitted; one thread each (unless set), Ray fills the CPUs
+        default_jobs=lambda: os.cpu_count() or 1,
+        help="one Ray task per run (pip install 'fedshift[ray]'; joins $RAY_ADDRESS when set)",
+    ),
 }
