@@ -4,7 +4,8 @@ Runs ``fedshift run`` for 2 rounds per case on digits-dg (target optdigits where
 protocol has one; each algorithm in its first protocol, plus the segmentation and
 personalized variants), then records every number of ``metrics.jsonl`` except timings,
 the summary's accuracies and a sha256 over the final checkpoint's server and client tensors.
-``--compare OLD.json`` prints the cases whose fingerprint differs.
+``--compare OLD.json`` prints the cases whose fingerprint differs: a number of OLD changed or
+gone; keys the new runs add (a new summary figure) are listed beside ``same``.
 
     python benchmarks/fingerprint.py --out runs/fp-old --json old.json
     python benchmarks/fingerprint.py --out runs/fp-new --json new.json --compare old.json
@@ -105,6 +106,20 @@ def fingerprint(run_dir: Path) -> dict:
     }
 
 
+def added_keys(old: dict, new: dict) -> set[str] | None:
+    """The summary and metrics keys ``new`` adds to ``old`` when every number ``old`` holds
+    is the same in ``new`` (a refactor may add a figure, never change one); None otherwise."""
+    if old["state_sha256"] != new["state_sha256"] or len(old["history"]) != len(new["history"]):
+        return None
+    added: set[str] = set()
+    pairs = [(old["summary"], new["summary"]), *zip(old["history"], new["history"], strict=True)]
+    for was, now in pairs:
+        if any(key not in now or now[key] != value for key, value in was.items()):
+            return None
+        added |= set(now) - set(was)
+    return added
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the run directories")
@@ -146,13 +161,16 @@ def main() -> int:
         old = json.loads(args.compare.read_text())
         for fp in old.values():  # summaries written before run keys were renamed
             fp["summary"] = {RENAMED.get(k, k): v for k, v in fp["summary"].items()}
-        differ = [c for c in results if c in old and old[c] != results[c]]
+        added = {c: added_keys(old[c], results[c]) for c in results if c in old}
+        differ = [c for c in results if c in old and added[c] is None]
         missing = [c for c in results if c not in old]
         for case in results:
             status = "DIFFERS" if case in differ else "missing" if case in missing else "same"
             acc = results[case]["summary"].get("target_accuracy")
+            new_keys = f" (adds {', '.join(sorted(added[case]))})" if added.get(case) else ""
             print(
-                f"{case:24s} {status:8s} target_accuracy={acc} {results[case]['state_sha256'][:16]}"
+                f"{case:24s} {status:8s} target_accuracy={acc} "
+                f"{results[case]['state_sha256'][:16]}{new_keys}"
             )
         return 1 if differ or missing else 0
     for case, fp in results.items():
