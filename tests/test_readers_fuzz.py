@@ -5,7 +5,8 @@ Readers: the run directory's JSON (config.json, summary.json, metrics.jsonl), a 
 ``--config`` file, a preset, a dataset's JSON file, a ``.mat`` file, a split list, a
 checkpoint, a Flower array's ``.npy`` header, the caches' sidecars and ``.npy`` files (the
 image cache, digits-dg, the Flower node cache's manifest, stamp and arrays), a pretrained
-backbone's sidecar, the Flower run token in ``config.json`` and the resident worker's secret.
+backbone's sidecar, the Flower run token in ``config.json``, the resident worker's secret and
+a ClientApp's stored state tree.
 """
 
 from __future__ import annotations
@@ -293,3 +294,19 @@ def test_flower_run_token(data):
 @given(hostile_bytes())
 def test_worker_secret(data):
     only_raises(WorkerUnavailable, read_secret, "worker.secret", data)
+
+
+@FUZZ
+@given(hostile_bytes())
+def test_flower_stored_client_state(data):
+    """A ClientApp's ``ctx.state`` tree as Flower stored it (Context.state), decoded bounded."""
+    from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+    from fedshift.engine.flower.convert import STATE_ARRAYS, STATE_TREE, ConversionError, load_state
+
+    def read(path: Path) -> object:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        source = RecordDict({STATE_TREE: ConfigRecord({"tree": text}), STATE_ARRAYS: ArrayRecord()})
+        return load_state(source)
+
+    only_raises(ConversionError, read, "state.json", data)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from fedshift.core.bounded import parse_json
 from fedshift.core.record import Record
 from fedshift.core.schema import ReplySchema, schema_problem
 from fedshift.engine.flower.messages import CONTROL
@@ -240,5 +241,5 @@ def load_state(source: RecordDict) -> dict[str, Any]:
     """The ``ctx.state`` stored by :func:`save_state` (empty dict for a fresh context)."""
     if STATE_TREE not in source:
         return {}
-    tree = json.loads(source[STATE_TREE]["tree"])
+    tree = parse_json(source[STATE_TREE]["tree"], ConversionError, "the client's stored state")
     return _decode(tree, source[STATE_ARRAYS])
