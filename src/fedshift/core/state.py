@@ -3,8 +3,9 @@
 Every file goes to a temp file in the same folder, is fsynced and renamed over its name, so
 a kill leaves either the old or the new file, never half of one (a kill mid-write leaves a
 ``<name>.<random>.tmp`` that the next start in that run directory removes). A checkpoint
-is a ``torch.save`` archive followed by a one-line trailer holding the sha256 of the archive:
-any changed byte is detected on loading, and ``torch.load(weights_only=True)`` still reads
+is a ``torch.save`` archive followed by a one-line trailer holding the sha256 of the archive
+(streamed to the temp file and hashed on the way, never whole in memory): any changed byte
+is detected on loading, and ``torch.load(weights_only=True)`` still reads
 the file directly (zip readers ignore bytes after the archive). The previous checkpoint is
 kept beside the latest (``checkpoint.prev.pt``), and a corrupt latest one falls back to it
 with a warning. A write that fails (a full disk, a read-only folder) raises
@@ -13,13 +14,14 @@ with a warning. A write that fails (a full disk, a read-only folder) raises
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,14 +97,66 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(
-    path: str | os.PathLike, chunks: Sequence[bytes | memoryview], *, keep_previous: bool = False
-) -> None:
-    """Write ``chunks`` to ``path`` through a temp file, fsync and rename.
+#: bytes gathered before a write to the file (a tensor at least this large goes directly)
+WRITE_BUFFER = 1 << 20
 
-    ``keep_previous`` first links the current file (when it is a good checkpoint) to
-    :func:`previous_path`, so at every moment ``path`` exists. Any failure removes the temp
-    file and raises :class:`StorageError` naming ``path`` and the reason.
+
+class _AtomicFile:
+    """The write end of :func:`atomic_file`: bytes pass to the file descriptor ``fd``
+    (small writes gathered up to :data:`WRITE_BUFFER`) and to ``hasher`` (a ``hashlib``
+    object, or None) as they come, so nothing is gathered whole in memory."""
+
+    def __init__(self, fd: int, hasher=None):
+        self.fd = fd
+        self.hasher = hasher
+        self.size = 0
+        #: the OSError of a failed write (torch.save reports it as a RuntimeError of its own)
+        self.error: OSError | None = None
+        self._pending = bytearray()
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        if self.hasher is not None:
+            self.hasher.update(view)
+        self.size += len(view)
+        if len(self._pending) + len(view) <= WRITE_BUFFER:
+            self._pending += view
+        else:
+            self.flush()
+            if len(view) < WRITE_BUFFER:
+                self._pending += view
+            else:
+                self._write_all(view)
+        return len(view)
+
+    def flush(self) -> None:
+        """Pass the gathered bytes to the file (torch.save calls it; the file is fsynced
+        when the ``with`` block of :func:`atomic_file` ends)."""
+        if self._pending:
+            self._write_all(memoryview(self._pending))
+            self._pending = bytearray()
+
+    def _write_all(self, view: memoryview) -> None:
+        try:
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError as exc:
+            self.error = exc
+            raise
+
+
+@contextlib.contextmanager
+def atomic_file(
+    path: str | os.PathLike, *, keep_previous: bool = False, hasher=None
+) -> Iterator[_AtomicFile]:
+    """A file-like object whose bytes replace ``path`` when the ``with`` block ends.
+
+    The bytes go to a temp file in the same folder (``hasher``, a ``hashlib`` object, sees
+    each one on the way), which is then fsynced and renamed over
+    ``path``. ``keep_previous`` first links the current file (when it is a good checkpoint)
+    to :func:`previous_path`, so at every moment ``path`` exists. Any failure removes the
+    temp file and raises :class:`StorageError` naming ``path`` and the reason; an exception
+    from the block leaves ``path`` as it was.
     """
     path = Path(path)
     tmp = None
@@ -111,10 +165,14 @@ def write_atomically(
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         try:
             os.fchmod(fd, FILE_MODE)
-            for chunk in chunks:
-                view = memoryview(chunk).cast("B")
-                while view:
-                    view = view[os.write(fd, view) :]
+            out = _AtomicFile(fd, hasher)
+            try:
+                yield out
+            except Exception:
+                if out.error is not None:  # the disk's reason, not torch.save's wrapper
+                    raise out.error from None
+                raise
+            out.flush()
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -129,6 +187,15 @@ def write_atomically(
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def write_atomically(
+    path: str | os.PathLike, chunks: Sequence[bytes | memoryview], *, keep_previous: bool = False
+) -> None:
+    """Write ``chunks`` to ``path`` through a temp file, fsync and rename (:func:`atomic_file`)."""
+    with atomic_file(path, keep_previous=keep_previous) as out:
+        for chunk in chunks:
+            out.write(chunk)
 
 
 def _link_over(source: Path, target: Path) -> None:
@@ -157,19 +224,22 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
 
 
 def atomic_save(obj: Any, path: str | os.PathLike) -> None:
-    """A plain ``torch.save`` file (weights others load with ``torch.load``), written atomically."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    write_atomically(path, [buffer.getbuffer()])
+    """A plain ``torch.save`` file (weights others load with ``torch.load``), written
+    atomically and streamed to the file (never whole in memory)."""
+    with atomic_file(path) as out:
+        torch.save(obj, out)
 
 
 def save_checkpoint(obj: Any, path: str | os.PathLike) -> None:
-    """Save ``obj`` with its sha256 after it, keeping the previous checkpoint beside it."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    payload = buffer.getbuffer()
-    trailer = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
-    write_atomically(path, [payload, trailer], keep_previous=True)
+    """Save ``obj`` with its sha256 after it, keeping the previous checkpoint beside it.
+
+    The archive is streamed to the temp file and hashed on the way (the same bytes and
+    hash as saving it to memory first, without a second copy of the state in memory)."""
+    digest = hashlib.sha256()
+    with atomic_file(path, keep_previous=True, hasher=digest) as out:
+        torch.save(obj, out)
+        out.hasher = None  # the trailer is not part of the hashed payload
+        out.write(MAGIC + digest.hexdigest().encode() + b"\n")
     _remember_good(Path(path))
 
 

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import math
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -258,6 +258,9 @@ class BaseFederation(Federation):
         self.failures: list[str] = []
         self.failed_ids: list[int] = []
         self.seen_shares: set[str] = set()
+        #: called with the ids of every call before it is dispatched (the runner keeps what
+        #: it needs to undo a failed round there); None: nothing to call
+        self.on_dispatch: Callable[[list[int]], None] | None = None
         self._calls = 0
 
     # -- what engines implement -----------------------------------------------------------
@@ -298,6 +301,8 @@ class BaseFederation(Federation):
         sends = {cid: record[cid] if isinstance(record, Mapping) else record for cid in ids}
         if self.count_bytes:
             self.bytes_down += sum(sent.nbytes() for sent in sends.values())
+        if self.on_dispatch is not None:
+            self.on_dispatch(list(sends))
         raw = self._dispatch(task, sends, call_index)
         replies: dict[int, Record] = {}
         open_keys: dict[int, set[str]] = {}

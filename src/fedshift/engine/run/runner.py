@@ -3,6 +3,7 @@ the summary in the run directory (config.json, metrics.jsonl, summary.json, chec
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from fedshift.engine.run.selection import (
 )
 from fedshift.engine.run.tracking import Tracking
 from fedshift.engine.simulation.dispatch import SimulationFederation
+
+log = logging.getLogger(__name__)
 
 
 def default_run_name(cfg: RunConfig) -> str:
@@ -96,6 +99,8 @@ class Runner:
         self.fed.server_data = exp.server_data
         self.progress_bar: tqdm | None = None
         self.tracking: Tracking | None = None  # the loggers of the latest run() (timings)
+        #: whether the latest checkpoint holds the client states as they are now
+        self._states_saved = False
 
     @property
     def checkpoint_path(self) -> Path:
@@ -140,6 +145,7 @@ class Runner:
         """Run (or continue) all rounds; ``stop_after`` ends early (to test resuming)."""
         cfg, algo, fed = self.exp.cfg, self.exp.algorithm, self.fed
         self.out.mkdir(parents=True, exist_ok=True)
+        self._states_saved = False
         if resume:
             start, state, history, wall = self._restore()
             self._record_rounds(cfg.rounds)
@@ -209,7 +215,8 @@ class Runner:
             entry["cpu_seconds"] = round(time.process_time() - cpu0, 3)
             entry["seconds"] = round(time.perf_counter() - t0, 3)
             history.append(entry)
-            if round_ % cfg.checkpoint_every == 0 or round_ == cfg.rounds:
+            self._states_saved = round_ % cfg.checkpoint_every == 0 or round_ == cfg.rounds
+            if self._states_saved:
                 self._save(round_, state, history, wall)
             self._append_metrics(entry)
             tracking.log_round(entry)
@@ -230,14 +237,20 @@ class Runner:
     def _round(self, state: ServerState, round_: int) -> tuple[ServerState, dict[str, float]]:
         """One round of the algorithm; a failed round (``RoundFailed``) restores every client
         state held here to its start of round, so the last checkpoint stays consistent with
-        them, and says where the run can be resumed."""
-        contexts = self.exp.contexts
-        before = {cid: dict(ctx.state) for cid, ctx in contexts.items()}
+        them, and says where the run can be resumed.
+
+        Only the clients a call of the round reaches can change, so only theirs are kept,
+        as each call is dispatched (:meth:`_keep_rollback`)."""
+        before: dict[int, dict | None] = {}
+        self.fed.on_dispatch = lambda ids: self._keep_rollback(before, ids)
         try:
             return self.exp.algorithm.round(state, self.fed)
         except RoundFailed as exc:
-            for cid, ctx in contexts.items():
-                ctx.state = before[cid]
+            kept = (
+                "client states kept as they were"
+                if self._roll_back_clients(before)
+                else ("client states could not be restored: resume from the checkpoint")
+            )
             files = RunFiles(self.out)
             saved = "the last checkpoint is kept" if files.has_checkpoint() else "no checkpoint yet"
             back = (
@@ -247,10 +260,39 @@ class Runner:
                 else ""
             )
             raise RoundFailed(
-                f"{exc}; the run stopped in round {round_} ({saved}; client states kept as "
-                f"they were): see the warnings above, then resume with --resume --out "
+                f"{exc}; the run stopped in round {round_} ({saved}; {kept}): see the "
+                f"warnings above, then resume with --resume --out "
                 f"{self.out}{back}"
             ) from None
+        finally:
+            self.fed.on_dispatch = None
+
+    def _keep_rollback(self, before: dict[int, dict | None], ids: list[int]) -> None:
+        """Keep the start-of-round state of each client in ``ids`` not kept yet: a shallow
+        copy (the tensors a task replaces stay alive through it, the ones it leaves are
+        shared), or None when the latest checkpoint holds the client states as they are
+        now (saved after the previous round), so a failed round reads them back from there
+        instead of holding a second copy of every changed state for the whole round."""
+        for cid in ids:
+            if cid in before or cid not in self.exp.contexts:
+                continue
+            before[cid] = None if self._states_saved else dict(self.exp.contexts[cid].state)
+
+    def _roll_back_clients(self, before: dict[int, dict | None]) -> bool:
+        """Put back the start-of-round states kept by :meth:`_keep_rollback`; False (with a
+        warning) when the checkpoint they are to be read from is unreadable."""
+        saved = None
+        for cid, kept in before.items():
+            if kept is None:
+                if saved is None:
+                    try:
+                        saved = load_checkpoint(self.checkpoint_path, fallback=False)["clients"]
+                    except CheckpointError as exc:
+                        log.warning("cannot restore the client states: %s", exc)
+                        return False
+                kept = dict(saved.get(str(cid), {}))
+            self.exp.contexts[cid].state = kept
+        return True
 
     def close_progress(self) -> None:
         """End the progress bar's line, so an error after it is printed on a line of its own."""
