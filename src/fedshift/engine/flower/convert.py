@@ -212,18 +212,26 @@ def _encode(value: Any, path: str, arrays: ArrayRecord) -> Any:
     raise ConversionError(f"state value at {path!r} has unsupported type {type(value).__name__}")
 
 
-def _decode(node: dict[str, Any], arrays: ArrayRecord) -> Any:
+def _decode(node: Any, arrays: ArrayRecord) -> Any:
+    """The value of one stored state node; a malformed tree is a ConversionError."""
+    if not isinstance(node, dict) or len(node) != 1:
+        raise ConversionError("a stored state node is not an object with one key")
     ((kind, payload),) = node.items()
-    if kind == "tensor":
-        return array_to_tensor(arrays[payload])
-    if kind == "dict":
-        return {key: _decode(item, arrays) for key, item in payload}
-    if kind == "list":
-        return [_decode(item, arrays) for item in payload]
-    if kind == "tuple":
-        return tuple(_decode(item, arrays) for item in payload)
-    if kind == "float":
-        return float(payload)
+    try:
+        if kind == "tensor":
+            return array_to_tensor(arrays[payload])
+        if kind == "dict":
+            return {key: _decode(item, arrays) for key, item in payload}
+        if kind == "list":
+            return [_decode(item, arrays) for item in payload]
+        if kind == "tuple":
+            return tuple(_decode(item, arrays) for item in payload)
+        if kind == "float":
+            return float(payload)
+    except ConversionError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConversionError(f"a stored {kind!r} state node is malformed: {exc}") from None
     if kind == "value":
         return payload
     raise ConversionError(f"unknown state node kind {kind!r}")
