@@ -138,6 +138,10 @@ def close(actual, expected, tol=1e-6) -> bool:
 #: code paths are the same (the defaults themselves are covered by each method's own tests)
 FAST_SETTINGS = {
     "perada": {"algo.kd_steps": 5, "algo.kd_batch_size": 64},
+    # FACT's default fact-cnn (fc layers of 8192x3072 and 3072x2048) dominates the contract and
+    # precision tiers; tests/algorithms/test_fact.py runs it
+    "fact": {"model": "cnn"},
+    "fact-nf": {"model": "cnn"},
     "fedadg": {
         "algo.noise_dim": 64,
         "algo.rp_dim": 64,
