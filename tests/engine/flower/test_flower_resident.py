@@ -428,3 +428,32 @@ def test_worker_drops_a_slow_sender_by_the_deadline_and_serves_the_next(lone_wor
     assert waited < DEADLINE + 3, f"the next request waited {waited:.1f} s"
     assert dropped["after"] < DEADLINE + 3, dropped
     assert_still_serving(process, paths, log, "not complete by its deadline")
+
+
+def test_the_worker_socket_appears_only_once_it_listens(worker_dir, monkeypatch):
+    """A ClientApp that finds the socket finds it accepting: the worker listens on a
+    private name and renames it into place (before, a connection between bind and listen
+    was refused and taken for a dead worker: a second fallback under load)."""
+    from fedshift.engine.flower.worker import Worker
+
+    node = {"worker-dir": str(worker_dir), "resident-worker": True}
+    worker = Worker(node, os.getpid(), idle_timeout=0)
+    worker.paths.socket.write_text("a killed worker's socket")
+    seen: list[bool] = []
+    listen = socket.socket.listen
+
+    def watched(sock, *args):
+        seen.append(worker.paths.socket.is_socket())
+        return listen(sock, *args)
+
+    monkeypatch.setattr(socket.socket, "listen", watched)
+    worker._listen()
+    try:
+        assert seen == [False]
+        assert worker.paths.socket.is_socket()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(worker.paths.socket))
+        assert [p.name for p in worker_dir.iterdir() if p.name.startswith(".")] == []
+    finally:
+        worker.listener.close()
+        worker.paths.socket.unlink()

@@ -114,12 +114,18 @@ class Worker:
         os.replace(tmp, self.paths.secret)
 
     def _listen(self) -> None:
-        self.paths.socket.unlink(missing_ok=True)  # a worker that was killed left it
+        """Listen on a private name first, then rename it into place (replacing the socket
+        a killed worker left): a ClientApp that finds the socket finds it listening, never
+        bound but not yet accepting (a refused connection it would take for a dead worker)."""
+        # no longer than the real name (a Unix socket path is short)
+        staging = self.paths.socket.with_name(f".{os.getpid()}.sock")
+        staging.unlink(missing_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(self.paths.socket))
-        os.chmod(self.paths.socket, 0o600)
+        listener.bind(str(staging))
+        os.chmod(staging, 0o600)
         listener.listen(16)
         listener.settimeout(TICK)
+        os.replace(staging, self.paths.socket)
         self.listener = listener
 
     def cleanup(self) -> None:
