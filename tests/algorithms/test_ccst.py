@@ -13,6 +13,7 @@ from helpers import client_context, run_info
 from fedshift.algorithms.ccst import CCST, CCSTHparams
 from fedshift.config import resolve
 from fedshift.core.errors import ConfigError
+from fedshift.core.federation import fold_all
 from fedshift.core.record import Record
 from fedshift.engine.assembly import prepare
 from fedshift.engine.run.runner import Runner
@@ -171,11 +172,12 @@ class _TwoClients:
     def sample(self, k=None, role="source"):
         return [0, 1]
 
-    def call(self, task, ids, record):
-        return {
+    def call(self, task, ids, record, fold=None):
+        replies = {
             0: Record(arrays={"model.w": torch.tensor([0.0])}, metrics={"num-examples": 1}),
             1: Record(arrays={"model.w": torch.tensor([4.0])}, metrics={"num-examples": 3}),
         }
+        return fold_all(replies, fold)
 
 
 @pytest.mark.parametrize(("aggregation", "expected"), [("weighted", 3.0), ("uniform", 2.0)])

@@ -2,8 +2,10 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fedshift.core.reduce import mean, weighted_mean
+from fedshift.core.reduce import RunningMean, mean, weighted_mean
 
 
 def test_weighted_mean_exact_numbers():
@@ -55,3 +57,40 @@ def test_mean_is_unweighted_and_keeps_dtype():
 def test_weighted_mean_rejects_bad_input(items, weights, match):
     with pytest.raises(ValueError, match=match):
         weighted_mean(items, weights)
+
+
+def test_running_mean_folds_items_one_at_a_time_bit_for_bit():
+    gen = torch.Generator().manual_seed(0)
+    items = [{"w": torch.randn(5, 3, generator=gen), "n": torch.tensor(i)} for i in range(7)]
+    weights = [3, 1, 4, 1, 5, 9, 2]
+    running = RunningMean()
+    for item, weight in zip(items, weights, strict=True):
+        running.add(item, weight)
+    out, expected = running.result(), weighted_mean(items, weights)
+    assert running.count == 7
+    assert all(torch.equal(out[k], expected[k]) for k in expected)
+    # the rule: float64 sum of weight x value, divided by the total weight once
+    exact = sum(w * item["w"].double() for item, w in zip(items, weights, strict=True)) / 25
+    assert torch.equal(out["w"], exact.float())
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    value=st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=6),
+    weights=st.lists(st.integers(1, 10**6), min_size=1, max_size=8),
+)
+def test_the_mean_of_copies_is_the_value_itself(value, weights):
+    item = {"x": torch.tensor(value, dtype=torch.float32)}
+    out = weighted_mean([item] * len(weights), weights)
+    assert torch.equal(out["x"], item["x"])
+
+
+@pytest.mark.parametrize("weight", [-1.0, float("nan"), float("inf")])
+def test_running_mean_refuses_a_bad_weight(weight):
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        RunningMean().add({"x": torch.zeros(1)}, weight)
+
+
+def test_running_mean_without_items_is_an_error():
+    with pytest.raises(ValueError, match="at least one"):
+        RunningMean().result()

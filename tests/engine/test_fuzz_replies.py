@@ -35,10 +35,9 @@ class RecordingFederation(SimulationFederation):
         self.raw: dict[tuple[int, int, int], Record] = {}
 
     def _dispatch(self, task, sends, call_index):
-        replies = super()._dispatch(task, sends, call_index)
-        for cid, reply in replies.items():
+        for cid, reply in super()._dispatch(task, sends, call_index):
             self.raw[(self.round, call_index, cid)] = copy.deepcopy(reply)
-        return replies
+            yield cid, reply
 
 
 class ReplayFederation(BaseFederation):
@@ -61,7 +60,7 @@ class ReplayFederation(BaseFederation):
             if key == self.target:
                 reply = self.damage(reply)
             out[cid] = reply
-        return out
+        return out.items()
 
     def score_clients(self, with_domains):
         return {}

@@ -136,3 +136,25 @@ def test_a_failed_round_restores_the_states_it_changed(tmp_path, micro_digits, c
         want = after_one[str(cid)]["personal"]
         assert ctx.state.keys() == {"personal"}
         assert all(torch.equal(ctx.state["personal"][k], v) for k, v in want.items()), cid
+
+
+def test_replies_are_folded_into_the_mean_as_they_arrive(tmp_path, micro_digits, monkeypatch):
+    """A FedAvg-style round folds each reply's model into a running mean before the next
+    client runs, and lets go of it: when client k+1 trains, no earlier reply's model
+    tensor is alive (before, every reply was held until the last one)."""
+    runner = ditto_runner(tmp_path, micro_digits, rounds=1)
+    replies: list[weakref.ref] = []
+    alive_when_next_runs: list[int] = []
+    task = dispatch.run_client_task
+
+    def watching(algorithm, ctx, name, sent, **options):
+        gc.collect()
+        alive_when_next_runs.append(sum(ref() is not None for ref in replies))
+        reply = task(algorithm, ctx, name, sent, **options)
+        replies.append(weakref.ref(next(iter(reply.arrays.values()))))
+        return reply
+
+    monkeypatch.setattr(dispatch, "run_client_task", watching)
+    runner.run()
+    assert len(alive_when_next_runs) == len(runner.exp.contexts) == 6
+    assert alive_when_next_runs == [0] * 6

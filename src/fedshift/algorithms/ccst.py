@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.algorithms.toolkit import (
-    average_replies,
+    call_and_average,
     fit,
     make_optimizer,
     model_from_record,
@@ -158,14 +158,14 @@ class CCST(FedAvg):
            (``aggregation="weighted"``) or the plain mean (``"uniform"``, official code).
         """
         # 1. local training
-        replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
-        # 2. server mean
-        if replies:
-            if self.hp.aggregation == "uniform":
-                items = [r.subset("model") for r in replies.values()]
-                state.model = self.run.aggregator(items, [1.0] * len(items))
-            else:
-                state.model = average_replies(replies, self.run.aggregator)
+        # 2. server mean, folded in as the replies arrive
+        replies, means = call_and_average(
+            fed,
+            Record().with_arrays("model", state.model),
+            self.run.aggregator,
+            uniform=self.hp.aggregation == "uniform",
+        )
+        state.model = means.get("model", state.model)
         return state, {"train_loss": weighted_metric(replies, "loss")}
 
     def setup(self, state: ServerState, fed: Federation) -> ServerState:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedshift.algorithms.toolkit import (
-    average_replies,
+    call_and_average,
     fit,
     make_optimizer,
     state_dict_cpu,
@@ -213,15 +213,13 @@ class FedSR(Algorithm):
         sent = Record().with_arrays("model", state.model)
         if self.hp.share_reference and "reference" in state.extra:
             sent.with_arrays("reference", state.extra["reference"])
-        replies = fed.call("train", fed.sample(), sent)
+        # 2. FedAvg of the models; 3. with share_reference, of the references
+        shared = ("model", "reference") if self.hp.share_reference else ("model",)
+        replies, means = call_and_average(fed, sent, self.run.aggregator, shared)
         if replies:
-            # 2. FedAvg of the models
-            state.model = average_replies(replies, self.run.aggregator)
-            # 3. FedAvg of the references
+            state.model = means["model"]
             if self.hp.share_reference:
-                state.extra["reference"] = average_replies(
-                    replies, self.run.aggregator, "reference"
-                )
+                state.extra["reference"] = means["reference"]
         return state, {
             "train_loss": weighted_metric(replies, "loss"),
             "l2r": weighted_metric(replies, "l2r"),

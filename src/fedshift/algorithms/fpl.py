@@ -20,7 +20,7 @@ from fedshift.algorithms._prototypes import (
     stack_prototypes,
 )
 from fedshift.algorithms.toolkit import (
-    average_replies,
+    call_and_average,
     fit,
     make_optimizer,
     model_from_record,
@@ -208,15 +208,15 @@ class FPL(Algorithm):
                 "global",
                 {k: state.extra[k] for k in ("clusters", "cluster_labels", "unbiased")},
             )
-        replies = fed.call("train", fed.sample(), sent)
+        # 2. FedAvg of the models, folded in as the replies arrive
+        replies, means = call_and_average(fed, sent, self.run.aggregator)
         metrics = {
             "train_loss": weighted_metric(replies, "loss"),
             "prototype_loss": weighted_metric(replies, "prototype_loss"),
         }
         if not replies:
             return state, metrics
-        # 2. FedAvg of the models
-        state.model = average_replies(replies, self.run.aggregator)
+        state.model = means["model"]
         # 3. cluster prototypes P^c and unbiased prototypes U^c
         tables = [prototypes_from_arrays(r.arrays)[0] for r in replies.values()]
         if any(tables):

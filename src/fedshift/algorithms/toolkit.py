@@ -16,6 +16,7 @@ from fedshift.core.context import ClientContext, MixedPrecision, TrainConfig
 from fedshift.core.federation import Federation
 from fedshift.core.privacy import PrivacySettings, private_model_mean
 from fedshift.core.record import Record
+from fedshift.core.reduce import RunningMean
 from fedshift.core.robust import Aggregator
 from fedshift.core.seeding import torch_generator
 from fedshift.core.state import ServerState
@@ -207,6 +208,64 @@ def average_replies(
     )
 
 
+class MeanFold:
+    """FedAvg's rule folded in as replies arrive (``fed.call(..., fold=MeanFold())``): the
+    ``num-examples``-weighted running mean of the tensors sent under ``prefix`` (with
+    ``uniform``, the plain mean), taken out of each reply once added, so a round holds one
+    running sum instead of every client's model. Bit for bit :func:`average_replies` with
+    ``aggregator=mean``."""
+
+    def __init__(self, prefix: str = "model", uniform: bool = False):
+        self.prefix = prefix
+        self.uniform = uniform
+        self.running = RunningMean()
+
+    def __call__(self, cid: int, reply: Record) -> None:
+        weight = 1.0 if self.uniform else reply.metrics["num-examples"]
+        self.running.add(reply.subset(self.prefix), weight)
+        for key in [k for k in reply.arrays if k.startswith(self.prefix + ".")]:
+            del reply.arrays[key]
+
+    def result(self) -> dict[str, torch.Tensor]:
+        return self.running.result()
+
+
+def call_and_average(
+    fed: Federation,
+    sent: Record,
+    aggregator: Aggregator,
+    prefixes: Sequence[str] = ("model",),
+    *,
+    uniform: bool = False,
+    task: str = "train",
+) -> tuple[dict[int, Record], dict[str, dict[str, torch.Tensor]]]:
+    """``task`` on the sampled clients, and for each of ``prefixes`` the mean of the
+    tensors the replies sent under it (``num-examples``-weighted; ``uniform``: plain).
+
+    With ``aggregator=mean`` each reply is folded in as it arrives (:class:`MeanFold`) and
+    the replies come back without those tensors; a robust ``aggregator`` combines the held
+    replies its own way. No means when nobody replied.
+    """
+    if aggregator.is_mean:
+        folds = [MeanFold(prefix, uniform) for prefix in prefixes]
+
+        def fold(cid: int, reply: Record) -> None:
+            for each in folds:
+                each(cid, reply)
+
+        replies = fed.call(task, fed.sample(), sent, fold=fold)
+        means = {each.prefix: each.result() for each in folds} if replies else {}
+        return replies, means
+    replies = fed.call(task, fed.sample(), sent)
+    if not replies:
+        return replies, {}
+    weights = [1.0 if uniform else r.metrics["num-examples"] for r in replies.values()]
+    return replies, {
+        prefix: aggregator([r.subset(prefix) for r in replies.values()], weights)
+        for prefix in prefixes
+    }
+
+
 def averaging_round(
     state: ServerState,
     fed: Federation,
@@ -216,17 +275,20 @@ def averaging_round(
     seed: int = 0,
 ) -> tuple[ServerState, dict[str, float]]:
     """FedAvg's round: the sampled clients train from the global model under ``model``
-    and the server keeps the ``num-examples``-weighted mean of their models, or what the
-    run's robust ``aggregator`` makes of them (unchanged when nobody replied). ``metrics``
-    maps round metrics to the reply metric they average. With ``privacy`` (the run's DP
-    settings) the new model is DP-FedAvg's instead: the uniform mean of the clipped updates
-    plus Gaussian noise (:func:`private_model_mean`).
+    and the server keeps the ``num-examples``-weighted mean of their models, folded in as
+    the replies arrive, or what the run's robust ``aggregator`` makes of them (unchanged
+    when nobody replied) (:func:`call_and_average`). ``metrics`` maps round metrics to the
+    reply metric they average. With ``privacy`` (the run's DP settings) the new model is
+    DP-FedAvg's instead: the uniform mean of the clipped updates plus Gaussian noise
+    (:func:`private_model_mean`).
     """
-    replies = fed.call("train", fed.sample(), Record().with_arrays("model", state.model))
-    if replies:
-        if privacy is None:
-            state.model = average_replies(replies, aggregator)
-        else:
+    sent = Record().with_arrays("model", state.model)
+    if privacy is None:
+        replies, means = call_and_average(fed, sent, aggregator)
+        state.model = means.get("model", state.model)
+    else:
+        replies = fed.call("train", fed.sample(), sent)
+        if replies:
             state.model = private_model_mean(
                 state.model,
                 [r.subset("model") for r in replies.values()],

@@ -10,7 +10,7 @@ import contextlib
 import logging
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ import torch
 from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
 from fedshift.core.errors import ConfigError, RoundFailed
-from fedshift.core.federation import Federation
+from fedshift.core.federation import Federation, ReplyFold
 from fedshift.core.record import Kind, Record, share_key
 from fedshift.core.schema import ReplySchema, lookup, schema_problem
 from fedshift.core.seeding import derive_seed, numpy_generator, seed_torch
@@ -265,9 +265,12 @@ class BaseFederation(Federation):
 
     # -- what engines implement -----------------------------------------------------------
     @abstractmethod
-    def _dispatch(self, task: str, sends: dict[int, Record], call_index: int) -> dict[int, Record]:
-        """Run client task ``task`` on every client of ``sends``; the clients that replied
-        (a client left out has failed and was reported with :meth:`_fail`)."""
+    def _dispatch(
+        self, task: str, sends: dict[int, Record], call_index: int
+    ) -> Iterable[tuple[int, Record]]:
+        """Run client task ``task`` on every client of ``sends``: ``(client, reply)`` of the
+        clients that replied, in the order of ``sends``, each as soon as it is at hand (a
+        client left out has failed and was reported with :meth:`_fail`)."""
 
     @abstractmethod
     def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:
@@ -294,7 +297,11 @@ class BaseFederation(Federation):
         return sorted(int(i) for i in rng.choice(pool, size=k, replace=False))
 
     def call(
-        self, task: str, ids: Sequence[int], record: Record | Mapping[int, Record]
+        self,
+        task: str,
+        ids: Sequence[int],
+        record: Record | Mapping[int, Record],
+        fold: ReplyFold | None = None,
     ) -> dict[int, Record]:
         call_index = self._calls
         self._calls += 1
@@ -303,18 +310,17 @@ class BaseFederation(Federation):
             self.bytes_down += sum(sent.nbytes() for sent in sends.values())
         if self.on_dispatch is not None:
             self.on_dispatch(list(sends))
-        raw = self._dispatch(task, sends, call_index)
         replies: dict[int, Record] = {}
         open_keys: dict[int, set[str]] = {}
         schemas: dict[int, ReplySchema] = {}
-        for cid in ids:
-            if cid not in raw:
-                continue
+        #: kept replies a later check may still refuse (their open shapes are compared
+        #: across the call), and every reply after the first of them: settled in order
+        unsettled: list[int] = []
+        for cid, reply in self._dispatch(task, sends, call_index):
             sent = sends[cid]
             schema = schemas.get(id(sent))
             if schema is None:
                 schema = schemas[id(sent)] = self.algorithm.reply_schema(task, sent)
-            reply = raw[cid]
             problem = validate_reply(
                 reply,
                 schema,
@@ -328,17 +334,28 @@ class BaseFederation(Federation):
             reply.arrays = {k: v.detach().to("cpu") for k, v in reply.arrays.items()}
             replies[cid] = reply
             open_keys[cid] = {k for k in reply.arrays if lookup(schema, k).open}
-        if self.shared_shapes:
+            if unsettled or (self.shared_shapes and open_keys[cid]):
+                unsettled.append(cid)
+            else:
+                self._settle(reply, fold, cid)
+        if self.shared_shapes and unsettled:
             for cid, problem in check_shapes(replies, self.algorithm.shares, open_keys).items():
                 self._fail(cid, task, problem)
                 del replies[cid]
-        for reply in replies.values():
-            if self.count_bytes:
-                self.bytes_up += reply.nbytes()
-            self.samples += int(reply.metrics.get("samples", 0))
-            self.seen_shares.update(share_key(k) for k in reply.arrays)
+        for cid in unsettled:
+            if cid in replies:
+                self._settle(replies[cid], fold, cid)
         self._enforce_policy(task, list(ids), replies)
         return replies
+
+    def _settle(self, reply: Record, fold: ReplyFold | None, cid: int) -> None:
+        """Count a kept reply and hand it to the server program's ``fold``."""
+        if self.count_bytes:
+            self.bytes_up += reply.nbytes()
+        self.samples += int(reply.metrics.get("samples", 0))
+        self.seen_shares.update(share_key(k) for k in reply.arrays)
+        if fold is not None:
+            fold(cid, reply)
 
     def _fail(self, cid: int, task: str, problem: str) -> None:
         problem = " ".join(str(problem).split())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
@@ -197,7 +198,23 @@ class FlowerFederation(BaseFederation):
         self, task: str, sends: dict[int, Record], call_index: int, **control
     ) -> tuple[dict[int, Record], dict[int, str]]:
         """Send ``sends`` to the clients' nodes; their readable replies and the problems."""
+        received: dict[int, Record] = {}
         problems: dict[int, str] = {}
+        for cid, reply in self._decoded(task, sends, call_index, problems, **control):
+            received[cid] = reply
+        return received, problems
+
+    def _decoded(
+        self,
+        task: str,
+        sends: dict[int, Record],
+        call_index: int,
+        problems: dict[int, str],
+        **control,
+    ) -> Iterator[tuple[int, Record]]:
+        """Send ``sends`` to the clients' nodes and decode the replies in the order of
+        ``sends``, one at a time, each message let go of once decoded (Flower's grid hands
+        all messages over together); ``problems`` gets the clients without a readable one."""
         messages: list[tuple[int, Message]] = []
         for cid, sent in sends.items():
             node = self.nodes.get(cid)
@@ -221,10 +238,10 @@ class FlowerFederation(BaseFederation):
             )
             messages.append((cid, message))
         if not messages:
-            return {}, problems
+            return
         replies = self.send_and_receive([m for _, m in messages], self.round_timeout)
         by_message = {m.metadata.message_id: cid for cid, m in messages}
-        received: dict[int, Record] = {}
+        arrived: dict[int, Message] = {}
         for reply in replies:
             cid = by_message.get(reply.metadata.reply_to_message_id)
             if cid is None:
@@ -236,21 +253,38 @@ class FlowerFederation(BaseFederation):
             if int(reply.metadata.src_node_id) != self.nodes.get(cid):
                 problems[cid] = f"reply came from node {reply.metadata.src_node_id}"
                 continue
+            arrived[cid] = reply
+        del replies, messages[:]
+        for cid in sends:
+            reply = arrived.pop(cid, None)
+            if reply is None:
+                problems.setdefault(cid, f"no reply within {self.round_timeout:g} s")
+                continue
             try:
                 schema = None if task == EVALUATE else self.algorithm.reply_schema(task, sends[cid])
-                received[cid] = from_recorddict(reply.content, schema=schema)
+                record = from_recorddict(reply.content, schema=schema)
             except ConversionError as exc:
                 problems[cid] = f"unreadable reply: {exc}"
-        for cid, _ in messages:
-            if cid not in received and cid not in problems:
-                problems[cid] = f"no reply within {self.round_timeout:g} s"
-        return received, problems
+                continue
+            del reply
+            yield cid, record
 
-    def _dispatch(self, task: str, sends: dict[int, Record], call_index: int) -> dict[int, Record]:
-        received, problems = self._exchange(task, sends, call_index)
-        for cid, problem in problems.items():
+    def _dispatch(
+        self, task: str, sends: dict[int, Record], call_index: int
+    ) -> Iterator[tuple[int, Record]]:
+        problems: dict[int, str] = {}
+        reported = 0
+        for cid, record in self._decoded(task, sends, call_index, problems):
+            reported = self._report(task, problems, reported)
+            yield cid, record
+        self._report(task, problems, reported)
+
+    def _report(self, task: str, problems: dict[int, str], reported: int) -> int:
+        """Fail the clients of ``problems`` after the first ``reported`` (in the order
+        found); how many are reported now."""
+        for cid, problem in list(problems.items())[reported:]:
             self._fail(cid, task, problem)
-        return received
+        return len(problems)
 
     def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:
         """Each client's personal model scored on its node.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
@@ -77,7 +77,12 @@ class SimulationFederation(BaseFederation):
             **federation_options(exp),
         )
 
-    def _dispatch(self, task: str, sends: dict[int, Record], call_index: int) -> dict[int, Record]:
+    def _dispatch(
+        self, task: str, sends: dict[int, Record], call_index: int
+    ) -> Iterator[tuple[int, Record]]:
+        """Clients one after another, each reply handed on before the next client runs;
+        vectorized clients, or a call with faults or an attack (which need every reply,
+        e.g. ALIE's mean), hand theirs on together."""
         for round_, call, cid in self.late:
             log.warning(
                 "round %s: client %s's reply to round %s call %s arrived late; discarded",
@@ -111,7 +116,9 @@ class SimulationFederation(BaseFederation):
                 together = None
             if together is not None:
                 self.tampering.apply(sends, together, {})
-                return together
+                yield from _in_order(sends, together)
+                return
+        hold = any(faulty.values()) or self.tampering.attack is not None
         for cid, sent in sends.items():
             kinds = faulty.get(cid, ())
             try:
@@ -137,12 +144,22 @@ class SimulationFederation(BaseFederation):
                 self.late.append((self.round, call_index, cid))
                 self._fail(cid, task, "no reply before the round's deadline (straggler)")
                 continue
-            replies[cid] = reply
+            if hold:
+                replies[cid] = reply
+            else:
+                yield cid, reply
         self.tampering.apply(sends, replies, faulty)
-        return replies
+        yield from _in_order(sends, replies)
 
     def score_clients(self, with_domains: bool) -> dict[int, ClientScores]:
         if self.score_client is None:
             return {}
         found = {cid: self.score_client(ctx, with_domains) for cid, ctx in self.contexts.items()}
         return {cid: s for cid, s in found.items() if s is not None}
+
+
+def _in_order(sends: dict[int, Record], replies: dict[int, Record]) -> Iterator[tuple[int, Record]]:
+    """The replies in the order of ``sends``, each let go of once handed on."""
+    for cid in sends:
+        if cid in replies:
+            yield cid, replies.pop(cid)
