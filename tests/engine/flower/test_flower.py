@@ -317,6 +317,56 @@ def test_flower_engine_equals_simulation_in_process(tmp_path, digits_cache, task
         assert (Path(out) / name).is_file(), name
 
 
+class OvertakingGrid(LocalGrid):
+    """Hands over one reply per pull, each pushed message's neighbour first (positions
+    1, 0, 3, 2, ...), and logs every pull and every folded reply in ``events``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.position: dict[str, int] = {}
+        self.events: list[str] = []
+
+    def push_messages(self, messages):
+        ids = super().push_messages(messages)
+        self.position.update({m: i for i, m in enumerate(ids)})
+        return ids
+
+    def pull_messages(self, message_ids):
+        self.pulls += 1
+        ready = [m for m in message_ids if m in self.replies]
+        if not ready:
+            return []
+        first = min(ready, key=lambda m: self.position[m] ^ 1)
+        self.events.append(f"pull {self.position[first]}")
+        return [self.replies.pop(first)]
+
+
+def test_flower_folds_replies_in_client_order_as_they_arrive(
+    tmp_path, digits_cache, task_identity, monkeypatch
+):
+    """Replies that overtake each other are folded into the mean in client order, each as
+    soon as those before it are in (before, every reply was held to the end), and the run
+    still equals the simulation bit for bit."""
+    from fedshift.algorithms import toolkit
+
+    rc = run_config(tmp_path, "flower", digits_cache, rounds=1)
+    grid = OvertakingGrid(rc)
+    fold = toolkit.MeanFold.__call__
+
+    def logged(self, cid, reply):
+        grid.events.append(f"fold {cid}")
+        fold(self, cid, reply)
+
+    monkeypatch.setattr(toolkit.MeanFold, "__call__", logged)
+    summary, out = run_on_grid(grid, rc)
+    train = grid.events[grid.events.index("fold 0") - 2 :][:6]
+    assert train == ["pull 1", "pull 0", "fold 0", "fold 1", "pull 2", "fold 2"]
+    expected = simulate(rc, tmp_path / "sim")
+    for key in (*ACCURACY_KEYS, "bytes_up", "bytes_down"):
+        assert summary[key] == expected[key], key
+    assert_same_models(out, tmp_path / "sim")
+
+
 def test_resume_after_serverapp_crash(tmp_path, digits_cache, task_identity):
     rc = run_config(tmp_path, "crashed", digits_cache)
     with pytest.raises(ConnectionError):

@@ -67,26 +67,41 @@ class FlowerFederation(BaseFederation):
         self._connected = False
 
     def send_and_receive(self, messages: list[Message], timeout: float) -> list[Message]:
-        """Push ``messages`` and pull their replies until all came or ``timeout`` passed.
+        """Push ``messages`` and pull their replies until all came or ``timeout`` passed."""
+        return [reply for batch in self._arrivals(messages, timeout) for _, reply in batch]
+
+    def _arrivals(
+        self, messages: list[Message], timeout: float
+    ) -> Iterator[list[tuple[int, Message]]]:
+        """Push ``messages`` and yield the replies of each pull as they arrive, each with
+        the position of the message it answers, until all came or ``timeout`` passed. The
+        list is emptied once the messages are sent, so the sent copies can go.
 
         Flower 1.41's ``Grid.send_and_receive`` sleeps a fixed 3 s between pulls, which
-        adds 1.5 s on average to every exchange; this polls after 0.05 s, backing off to
-        at most :data:`MAX_POLL` seconds, so a reply is seen soon after it arrives.
+        adds 1.5 s on average to every exchange, and hands every reply over at the end;
+        this polls after 0.05 s, backing off to at most :data:`MAX_POLL` seconds, so a reply
+        is seen, and can be folded in, soon after it arrives.
         """
-        pending = set(self.grid.push_messages(messages))
+        self.grid.push_messages(messages)
+        position = {m.metadata.message_id: i for i, m in enumerate(messages)}
+        messages.clear()
+        pending = set(position)
         deadline = time.monotonic() + timeout
         pause = MIN_POLL
-        replies: list[Message] = []
         while pending:
+            batch: list[tuple[int, Message]] = []
             for reply in self.grid.pull_messages(list(pending)):
-                pending.discard(reply.metadata.reply_to_message_id)
-                replies.append(reply)
+                answered = reply.metadata.reply_to_message_id
+                if answered in pending:
+                    pending.discard(answered)
+                    batch.append((position[answered], reply))
+            if batch:
+                yield batch
             left = deadline - time.monotonic()
             if not pending or left <= 0:
                 break
             time.sleep(min(pause, left))
             pause = min(pause * 1.5, MAX_POLL)
-        return replies
 
     # -- client discovery ------------------------------------------------------------------
     def begin_round(self, round_: int) -> None:
@@ -213,9 +228,11 @@ class FlowerFederation(BaseFederation):
         **control,
     ) -> Iterator[tuple[int, Record]]:
         """Send ``sends`` to the clients' nodes and decode the replies in the order of
-        ``sends``, one at a time, each message let go of once decoded (Flower's grid hands
-        all messages over together); ``problems`` gets the clients without a readable one."""
-        messages: list[tuple[int, Message]] = []
+        ``sends``, each as soon as it and those before it are in (a reply that overtook an
+        earlier one waits for it), each message let go of once decoded; ``problems`` gets
+        the clients without a readable reply."""
+        order: list[int] = []
+        messages: list[Message] = []
         for cid, sent in sends.items():
             node = self.nodes.get(cid)
             if node is None:
@@ -236,38 +253,53 @@ class FlowerFederation(BaseFederation):
                 message_type=TASK_MESSAGE_TYPE,
                 group_id=str(self.round),
             )
-            messages.append((cid, message))
+            order.append(cid)
+            messages.append(message)
         if not messages:
             return
-        replies = self.send_and_receive([m for _, m in messages], self.round_timeout)
-        by_message = {m.metadata.message_id: cid for cid, m in messages}
         arrived: dict[int, Message] = {}
-        for reply in replies:
-            cid = by_message.get(reply.metadata.reply_to_message_id)
-            if cid is None:
-                continue
-            if reply.has_error():
-                error = reply.error
-                problems[cid] = f"error reply (code {error.code}): {error.reason}"
-                continue
-            if int(reply.metadata.src_node_id) != self.nodes.get(cid):
-                problems[cid] = f"reply came from node {reply.metadata.src_node_id}"
-                continue
-            arrived[cid] = reply
-        del replies, messages[:]
-        for cid in sends:
-            reply = arrived.pop(cid, None)
-            if reply is None:
-                problems.setdefault(cid, f"no reply within {self.round_timeout:g} s")
-                continue
-            try:
-                schema = None if task == EVALUATE else self.algorithm.reply_schema(task, sends[cid])
-                record = from_recorddict(reply.content, schema=schema)
-            except ConversionError as exc:
-                problems[cid] = f"unreadable reply: {exc}"
-                continue
-            del reply
-            yield cid, record
+        head = 0
+        for batch in self._arrivals(messages, self.round_timeout):
+            for index, reply in batch:
+                cid = order[index]
+                if reply.has_error():
+                    error = reply.error
+                    problems[cid] = f"error reply (code {error.code}): {error.reason}"
+                elif int(reply.metadata.src_node_id) != self.nodes.get(cid):
+                    problems[cid] = f"reply came from node {reply.metadata.src_node_id}"
+                else:
+                    arrived[cid] = reply
+            del batch
+            while head < len(order) and (order[head] in arrived or order[head] in problems):
+                found = self._decode(task, sends, order[head], arrived, problems)
+                head += 1
+                if found is not None:
+                    yield found
+        for cid in order[head:]:
+            if cid not in arrived and cid not in problems:
+                problems[cid] = f"no reply within {self.round_timeout:g} s"
+            found = self._decode(task, sends, cid, arrived, problems)
+            if found is not None:
+                yield found
+
+    def _decode(
+        self,
+        task: str,
+        sends: dict[int, Record],
+        cid: int,
+        arrived: dict[int, Message],
+        problems: dict[int, str],
+    ) -> tuple[int, Record] | None:
+        """Client ``cid``'s arrived reply decoded (and let go of), or None with its problem."""
+        reply = arrived.pop(cid, None)
+        if reply is None:
+            return None
+        try:
+            schema = None if task == EVALUATE else self.algorithm.reply_schema(task, sends[cid])
+            return cid, from_recorddict(reply.content, schema=schema)
+        except ConversionError as exc:
+            problems[cid] = f"unreadable reply: {exc}"
+            return None
 
     def _dispatch(
         self, task: str, sends: dict[int, Record], call_index: int
