@@ -138,11 +138,15 @@ def test_a_failed_round_restores_the_states_it_changed(tmp_path, micro_digits, c
         assert all(torch.equal(ctx.state["personal"][k], v) for k, v in want.items()), cid
 
 
-def test_replies_are_folded_into_the_mean_as_they_arrive(tmp_path, micro_digits, monkeypatch):
-    """A FedAvg-style round folds each reply's model into a running mean before the next
-    client runs, and lets go of it: when client k+1 trains, no earlier reply's model
-    tensor is alive (before, every reply was held until the last one)."""
-    runner = ditto_runner(tmp_path, micro_digits, rounds=1)
+@pytest.mark.parametrize("privacy", [{}, {"dp_clip": 1.0, "dp_noise": 0.5}], ids=["mean", "dp"])
+def test_replies_are_folded_into_the_mean_as_they_arrive(
+    tmp_path, micro_digits, monkeypatch, privacy
+):
+    """A FedAvg-style round folds each reply's model into a running mean (or DP-FedAvg's
+    running sum of clipped updates) before the next client runs, and lets go of it: when
+    client k+1 trains, no earlier reply's model tensor is alive (before, every reply was
+    held until the last one)."""
+    runner = ditto_runner(tmp_path, micro_digits, rounds=1, **privacy)
     replies: list[weakref.ref] = []
     alive_when_next_runs: list[int] = []
     task = dispatch.run_client_task

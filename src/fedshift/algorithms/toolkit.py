@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from fedshift.core.algorithm import local_metrics
 from fedshift.core.context import ClientContext, MixedPrecision, TrainConfig
 from fedshift.core.federation import Federation
-from fedshift.core.privacy import PrivacySettings, private_model_mean
+from fedshift.core.privacy import PrivacySettings, PrivateMean
 from fedshift.core.record import Record
 from fedshift.core.reduce import RunningMean
 from fedshift.core.robust import Aggregator
@@ -279,23 +279,25 @@ def averaging_round(
     the replies arrive, or what the run's robust ``aggregator`` makes of them (unchanged
     when nobody replied) (:func:`call_and_average`). ``metrics`` maps round metrics to the
     reply metric they average. With ``privacy`` (the run's DP settings) the new model is
-    DP-FedAvg's instead: the uniform mean of the clipped updates plus Gaussian noise
-    (:func:`private_model_mean`).
+    DP-FedAvg's instead: the uniform mean of the clipped updates plus Gaussian noise, each
+    update clipped and summed as it arrives (:class:`~fedshift.core.privacy.PrivateMean`).
     """
     sent = Record().with_arrays("model", state.model)
     if privacy is None:
         replies, means = call_and_average(fed, sent, aggregator)
         state.model = means.get("model", state.model)
     else:
-        replies = fed.call("train", fed.sample(), sent)
+        private = PrivateMean(state.model, privacy.clip)
+
+        def fold(cid: int, reply: Record) -> None:
+            private.add(reply.subset("model"))
+            for key in [k for k in reply.arrays if k.startswith("model.")]:
+                del reply.arrays[key]
+
+        replies = fed.call("train", fed.sample(), sent, fold=fold)
         if replies:
-            state.model = private_model_mean(
-                state.model,
-                [r.subset("model") for r in replies.values()],
-                privacy.clip,
-                privacy.noise_multiplier,
-                torch_generator(seed, "dp-noise", fed.round),
-            )
+            generator = torch_generator(seed, "dp-noise", fed.round)
+            state.model = private.result(privacy.noise_multiplier, generator)
     return state, {name: weighted_metric(replies, key) for name, key in metrics.items()}
 
 

@@ -67,6 +67,43 @@ def clip_update(update: Tensors, clip: float) -> dict[str, torch.Tensor]:
     }
 
 
+class PrivateMean:
+    """DP-FedAvg's server step accumulated one client model at a time: each update
+    ``m_i − g`` is clipped to ``clip`` and added to a float64 sum as it arrives (a round
+    holds the sum, not every model); :meth:`result` adds the Gaussian noise."""
+
+    def __init__(self, global_model: Tensors, clip: float):
+        self.global_model = global_model
+        self.clip = clip
+        self.sums = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in global_model.items()}
+        self.count = 0
+
+    def add(self, model: Tensors) -> None:
+        update = {
+            k: model[k].detach().to(torch.float64) - g.detach().to(torch.float64)
+            for k, g in self.global_model.items()
+            if g.is_floating_point()
+        }
+        for k, value in clip_update(update, self.clip).items():
+            self.sums[k] += value
+        self.count += 1
+
+    def result(self, noise_multiplier: float, generator: torch.Generator) -> dict:
+        """``g + mean_i clip(m_i − g) + N(0, (z·C/n)²)``."""
+        if not self.count:
+            raise ValueError("private_model_mean needs at least one client model")
+        n = self.count
+        sigma = noise_multiplier * self.clip / n
+        out: dict[str, torch.Tensor] = {}
+        for k, g in self.global_model.items():
+            if not g.is_floating_point():
+                out[k] = g.clone()
+                continue
+            noise = torch.randn(g.shape, generator=generator, dtype=torch.float64) * sigma
+            out[k] = (g.detach().to(torch.float64) + self.sums[k] / n + noise).to(g.dtype)
+        return out
+
+
 def private_model_mean(
     global_model: Tensors,
     client_models: Sequence[Tensors],
@@ -75,27 +112,10 @@ def private_model_mean(
     generator: torch.Generator,
 ) -> dict[str, torch.Tensor]:
     """The new global model: ``g + mean_i clip(m_i − g) + N(0, (z·C/n)²)``."""
-    if not client_models:
-        raise ValueError("private_model_mean needs at least one client model")
-    n = len(client_models)
-    sigma = noise_multiplier * clip / n
-    sums = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in global_model.items()}
+    running = PrivateMean(global_model, clip)
     for model in client_models:
-        update = {
-            k: model[k].detach().to(torch.float64) - g.detach().to(torch.float64)
-            for k, g in global_model.items()
-            if g.is_floating_point()
-        }
-        for k, value in clip_update(update, clip).items():
-            sums[k] += value
-    out: dict[str, torch.Tensor] = {}
-    for k, g in global_model.items():
-        if not g.is_floating_point():
-            out[k] = g.clone()
-            continue
-        noise = torch.randn(g.shape, generator=generator, dtype=torch.float64) * sigma
-        out[k] = (g.detach().to(torch.float64) + sums[k] / n + noise).to(g.dtype)
-    return out
+        running.add(model)
+    return running.result(noise_multiplier, generator)
 
 
 def withhold_and_clip_prototypes(
