@@ -222,9 +222,7 @@ class MeanFold:
 
     def __call__(self, cid: int, reply: Record) -> None:
         weight = 1.0 if self.uniform else reply.metrics["num-examples"]
-        self.running.add(reply.subset(self.prefix), weight)
-        for key in [k for k in reply.arrays if k.startswith(self.prefix + ".")]:
-            del reply.arrays[key]
+        self.running.add(reply.take(self.prefix), weight)
 
     def result(self) -> dict[str, torch.Tensor]:
         return self.running.result()
@@ -288,13 +286,9 @@ def averaging_round(
         state.model = means.get("model", state.model)
     else:
         private = PrivateMean(state.model, privacy.clip)
-
-        def fold(cid: int, reply: Record) -> None:
-            private.add(reply.subset("model"))
-            for key in [k for k in reply.arrays if k.startswith("model.")]:
-                del reply.arrays[key]
-
-        replies = fed.call("train", fed.sample(), sent, fold=fold)
+        replies = fed.call(
+            "train", fed.sample(), sent, fold=lambda cid, reply: private.add(reply.take("model"))
+        )
         if replies:
             generator = torch_generator(seed, "dp-noise", fed.round)
             state.model = private.result(privacy.noise_multiplier, generator)

@@ -47,6 +47,14 @@ class Record:
         cut = len(prefix) + 1
         return {k[cut:]: v for k, v in self.arrays.items() if k.startswith(prefix + ".")}
 
+    def take(self, prefix: str) -> dict[str, torch.Tensor]:
+        """:meth:`subset`, and the arrays removed from this record (a reply folded into a
+        running sum lets go of them)."""
+        taken = self.subset(prefix)
+        for key in [k for k in self.arrays if k.startswith(prefix + ".")]:
+            del self.arrays[key]
+        return taken
+
     def with_arrays(self, prefix: str, tensors: Mapping[str, torch.Tensor]) -> Record:
         """Add ``tensors`` under ``prefix.``; returns self for chaining."""
         for key, value in tensors.items():
