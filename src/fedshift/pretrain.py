@@ -18,9 +18,10 @@ import torch.nn.functional as F
 
 from fedshift.core.bounded import MAX_SIDECAR_BYTES, read_json_bounded
 from fedshift.core.errors import ConfigError
+from fedshift.core.outputs import OutputKind, check_output
 from fedshift.core.seeding import derive_seed
 from fedshift.core.split import to_input
-from fedshift.core.state import atomic_save
+from fedshift.core.state import atomic_save, write_text_atomically
 from fedshift.data.domains import DomainDataset
 from fedshift.eval.metrics import accuracy
 from fedshift.models import build_model
@@ -42,6 +43,37 @@ def read_sidecar(weights: str | Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) and meta.get("format") == SIDECAR_FORMAT else None
 
 
+def _own_sidecar(path: Path) -> bool:
+    """Whether ``path`` is a provenance record :func:`pretrain` wrote."""
+    try:
+        meta = read_json_bounded(path, ConfigError, MAX_SIDECAR_BYTES)
+    except (ConfigError, OSError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == SIDECAR_FORMAT
+
+
+def is_pretrained_weights(path: Path) -> bool:
+    """Whether ``path`` is a weights file :func:`pretrain` wrote (its sidecar says so)."""
+    return path.is_file() and _own_sidecar(sidecar_path(path))
+
+
+#: what ``fedshift pretrain --out`` writes (the rule of :mod:`fedshift.core.outputs`)
+WEIGHTS = OutputKind("weights file", (".pt", ".pth"), is_pretrained_weights)
+
+
+def check_weights_out(out: str | Path, flag: str = "--out", *, force: bool = False) -> Path:
+    """``out`` when :func:`pretrain` may write its weights and sidecar there: the output rule
+    for the weights, and the sidecar ``OUT.json`` is new or one of fedshift's (or ``force``)."""
+    path = check_output(out, WEIGHTS, flag, force=force)
+    sidecar = sidecar_path(path)
+    if (sidecar.exists() or sidecar.is_symlink()) and not force and not _own_sidecar(sidecar):
+        raise ConfigError(
+            f"{flag} {path}: its sidecar {sidecar} exists and is not one fedshift wrote; "
+            "nothing was changed: give another path, or --force to replace it"
+        )
+    return path
+
+
 def pretrain(
     dataset: DomainDataset,
     domain: str,
@@ -55,11 +87,13 @@ def pretrain(
     batch_size: int = 64,
     seed: int = 0,
     device: str | torch.device = "cpu",
+    force: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` on ``domain``'s training split; save weights and sidecar to ``out``.
 
     Returns the sidecar record (with the validation accuracy on the same domain).
     """
+    out = check_weights_out(out, force=force)
     split = dataset.domain(domain).train
     device = torch.device(device)
     with torch.random.fork_rng(devices=[]):
@@ -90,6 +124,7 @@ def pretrain(
                 optimizer.step()
     val_acc = accuracy(net, dataset.domain(domain).val, device, lambda m, x: m(x))
     state = {k: v.detach().to("cpu").clone() for k, v in net.state_dict().items()}
+    out = check_weights_out(out, force=force)  # again: the file may have appeared meanwhile
     atomic_save(state, out)
     meta = {
         "format": SIDECAR_FORMAT,
@@ -104,5 +139,5 @@ def pretrain(
         "image_size": dataset.image_size,
         "val_accuracy": val_acc,
     }
-    sidecar_path(out).write_text(json.dumps(meta, indent=2) + "\n")
+    write_text_atomically(sidecar_path(out), json.dumps(meta, indent=2) + "\n")
     return meta

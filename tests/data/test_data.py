@@ -355,6 +355,7 @@ def test_partition_errors(digits):
 
 
 def test_save_sample_grid(digits, tmp_path):
+    (tmp_path / "grid").mkdir()  # the output rule never creates a folder the user mistyped
     out = save_sample_grid(digits, tmp_path / "grid" / "digits.png", per_domain=10)
     assert out.is_file() and out.suffix == ".png"
     with Image.open(out) as im:

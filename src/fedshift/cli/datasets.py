@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedshift.cli.errors import ArgumentParser, Command
+from fedshift.cli.errors import ArgumentParser, Command, add_force_flag
 
 #: the generic folder fallback: ``-d PATH`` for any ``ROOT/<domain>/<class>/<image>`` tree
 FOLDER_IMAGE_SIZE = 64
@@ -128,8 +128,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     check.add_argument("--root", required=True, help="where the dataset lies")
     show = actions.add_parser("show", help="write a grid of samples per domain")
     show.add_argument("name", nargs="?", default=digits.NAME)
-    show.add_argument("--out", default="digits-grid.png")
+    show.add_argument(
+        "--out", default="digits-grid.png", help="figure file (.png, .pdf, .svg, .jpg)"
+    )
     show.add_argument("--per-domain", type=int, default=10, dest="per_domain")
+    add_force_flag(show)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,11 +147,15 @@ def run(args: argparse.Namespace) -> int:
         for warning in warnings:
             print(f"fedshift: warning: {warning}", file=sys.stderr)
     else:
+        from fedshift.core.outputs import FIGURE, check_output
         from fedshift.data import load_dataset
         from fedshift.data.preview import save_sample_grid
 
+        check_output(args.out, FIGURE, "--out", force=args.force)
         dataset = load_dataset(args.name)
-        path = save_sample_grid(dataset, Path(args.out), per_domain=args.per_domain)
+        path = save_sample_grid(
+            dataset, Path(args.out), per_domain=args.per_domain, force=args.force
+        )
         print(f"wrote {path}")
     return 0
 

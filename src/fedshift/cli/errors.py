@@ -53,6 +53,16 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def add_force_flag(parser: argparse.ArgumentParser, flag: str = "--out") -> None:
+    """``--force``: the one way to let a command write over a file fedshift did not write
+    (the rule of :mod:`fedshift.core.outputs`)."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace the file at {flag} even when fedshift did not write it",
+    )
+
+
 def run_again(args: argparse.Namespace, run_dir: Path) -> str:
     """What to do after a failed write, unless a command knows better."""
     return "run the same command again"

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from fedshift.cli.errors import ArgumentParser, Command
-from fedshift.core.errors import ConfigError
+from fedshift.cli.errors import ArgumentParser, Command, add_force_flag
+from fedshift.core.outputs import FIGURE, check_output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +14,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "tsne", help="t-SNE of client features, coloured by class, global prototypes marked"
     )
     tsne.add_argument("run_dir", help="a run directory (config.json + checkpoint.pt)")
-    tsne.add_argument("--out", help="PNG file (default RUN_DIR/tsne.png)")
+    tsne.add_argument(
+        "--out", help="figure file (.png, .pdf, .svg, .jpg; default RUN_DIR/tsne.png)"
+    )
+    add_force_flag(tsne)
     tsne.add_argument("--per-client", type=int, default=100, dest="per_client")
     tsne.add_argument(
         "--with-target",
@@ -27,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "curves", help="per-round curves, one line per config with mean ± std over seeds"
     )
     curves.add_argument("run_dirs", nargs="+", help="run directories or folders holding them")
-    curves.add_argument("--out", required=True, help="PNG file to write")
+    curves.add_argument(
+        "--out", required=True, help="figure file to write (.png, .pdf, .svg, .jpg)"
+    )
+    add_force_flag(curves)
     curves.add_argument(
         "--metric",
         default="target_accuracy",
@@ -40,14 +45,19 @@ def run(args: argparse.Namespace) -> int:
     if args.figure == "curves":
         from fedshift.report.curves import find_run_dirs, plot_curves
 
-        if not Path(args.out).resolve().parent.is_dir():
-            raise ConfigError(f"--out {args.out}: folder {Path(args.out).parent} does not exist")
-        path = plot_curves(find_run_dirs(args.run_dirs), args.out, args.metric)
+        check_output(args.out, FIGURE, "--out", force=args.force)
+        path = plot_curves(
+            find_run_dirs(args.run_dirs), args.out, args.metric, flag="--out", force=args.force
+        )
     else:
         from fedshift.report.tsne import plot_tsne
 
         path = plot_tsne(
-            args.run_dir, args.out, per_client=args.per_client, with_target=args.with_target
+            args.run_dir,
+            args.out,
+            per_client=args.per_client,
+            with_target=args.with_target,
+            force=args.force,
         )
     print(f"wrote {path}")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedshift.cli.errors import Command
+from fedshift.cli.errors import Command, add_force_flag
 from fedshift.data.digits import NAME as DIGITS_DG
 
 
@@ -27,7 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--domain", required=True, help="the domain to train on (then leave it out)"
     )
-    parser.add_argument("--out", required=True, help="weights file to write (+ OUT.json sidecar)")
+    parser.add_argument(
+        "--out", required=True, help="weights file to write, .pt or .pth (+ OUT.json sidecar)"
+    )
+    add_force_flag(parser)
     parser.add_argument("-d", "--dataset", default=DIGITS_DG)
     parser.add_argument("--model", default="cnn")
     parser.add_argument("--epochs", type=positive(int), default=5)
@@ -40,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fedshift.data import load_dataset
     from fedshift.engine.assembly import resolve_device
-    from fedshift.pretrain import pretrain
+    from fedshift.pretrain import check_weights_out, pretrain
 
+    check_weights_out(args.out, force=args.force)
     dataset = load_dataset(args.dataset)
     meta = pretrain(
         dataset,
@@ -53,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         seed=args.seed,
         device=resolve_device(args.device),
+        force=args.force,
     )
     print(
         f"wrote {args.out} ({meta['model']} pretrained on {meta['dataset']}/{meta['domain']}, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedshift.cli.errors import Command
+from fedshift.cli.errors import Command, add_force_flag
 from fedshift.cli.run import csv
 from fedshift.core.errors import ConfigError, did_you_mean
 
@@ -24,16 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(.png, .pdf, .svg, .jpg); "
         "a summary figure such as target_accuracy_last draws its per-round metric",
     )
+    add_force_flag(parser, "--plot")
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedshift.core.outputs import FIGURE, check_output
     from fedshift.report.aggregate import csv_text, find_summaries, markdown, table
-    from fedshift.report.curves import check_figure_path, plot_curves
+    from fedshift.report.curves import plot_curves
     from fedshift.report.paper import paper_lines
     from fedshift.report.selection import has_grid, points_table, selection_markdown
 
     if args.plot:
-        check_figure_path(args.plot, "--plot")
+        check_output(args.plot, FIGURE, "--plot", force=args.force)
     summaries = find_summaries(args.paths)
     if not summaries:
         raise ConfigError(f"no summary.json under {', '.join(args.paths)}")
@@ -64,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         for line in paper_lines(summaries):
             print(line)
     if args.plot:
-        path = plot_curves([s["_run_dir"] for s in summaries], args.plot, args.metric)
+        run_dirs = [s["_run_dir"] for s in summaries]
+        path = plot_curves(run_dirs, args.plot, args.metric, flag="--plot", force=args.force)
         print(f"wrote {path}")
     return 0
 

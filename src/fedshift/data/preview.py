@@ -1,4 +1,4 @@
-"""Visual check of a :class:`DomainDataset`: one row of samples per domain, saved as a PNG."""
+"""Visual check of a :class:`DomainDataset`: one row of samples per domain, saved as a figure."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedshift.core.outputs import FIGURE, check_output, write_figure
 from fedshift.data.domains import DatasetError, DomainDataset, Split
 
 
@@ -30,13 +31,18 @@ def save_sample_grid(
     path: str | os.PathLike,
     per_domain: int = 10,
     split: str = "train",
+    *,
+    force: bool = False,
 ) -> Path:
-    """Save a PNG grid with one row per domain (labelled) and ``per_domain`` samples per row."""
+    """Save a grid with one row per domain (labelled) and ``per_domain`` samples per row, in
+    the figure format ``path``'s suffix names, under the output rule of
+    :mod:`fedshift.core.outputs` (``force`` replaces a file fedshift did not write)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     if per_domain < 1:
         raise DatasetError(f"per_domain must be >= 1, got {per_domain}")
+    check_output(path, FIGURE, "--out", force=force)
     if split not in ("train", "val", "test"):
         raise DatasetError(f"unknown split {split!r}; expected one of: train, val, test")
     names = dataset.domain_names
@@ -69,7 +75,4 @@ def save_sample_grid(
                 ax.set_ylabel(name, fontsize=10, rotation=0, ha="right", va="center")
     fig.suptitle(f"{dataset.name} ({split})", fontsize=11)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png")
-    return out
+    return write_figure(fig, path, "--out", force=force)

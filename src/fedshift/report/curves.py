@@ -18,6 +18,7 @@ from typing import Any
 
 from fedshift.core.bounded import parse_json, read_json_bounded
 from fedshift.core.errors import ConfigError, did_you_mean
+from fedshift.core.outputs import FIGURE, check_output, write_figure
 from fedshift.core.runfiles import CONFIG, METRICS, SUMMARY_KEYS, RunFiles, run_dirs_with_metrics
 from fedshift.engine.run.tracking import flatten
 from fedshift.report.aggregate import is_fraction
@@ -203,32 +204,24 @@ def draw_curves(groups: list[Group], metric: str):
 
 
 #: file suffixes a figure may be written as (the formats matplotlib writes without extras)
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
-
-
-def check_figure_path(path: str | Path, flag: str) -> Path:
-    """``path`` when its suffix names a figure format; a one-line ConfigError otherwise."""
-    path = Path(path)
-    if path.suffix.lower() not in FIGURE_SUFFIXES:
-        raise ConfigError(
-            f"{flag} {path}: cannot write a figure as {path.suffix or 'a file without suffix'!r};"
-            f" give a file ending in {', '.join(FIGURE_SUFFIXES)}"
-        )
-    if not path.resolve().parent.is_dir():
-        raise ConfigError(f"{flag} {path}: folder {path.parent} does not exist")
-    return path
-
-
 def plot_curves(
-    run_dirs: list[str | Path], path: str | Path, metric: str = "target_accuracy"
+    run_dirs: list[str | Path],
+    path: str | Path,
+    metric: str = "target_accuracy",
+    *,
+    flag: str = "figure",
+    force: bool = False,
 ) -> Path:
     """Write the curves of ``metric`` (see :func:`curve_groups`) as a figure (PNG, PDF, SVG
-    or JPEG by the suffix); returns its path."""
-    path = check_figure_path(path, "figure")
+    or JPEG by the suffix) under the output rule of :mod:`fedshift.core.outputs` (``flag``
+    names the path in messages; ``force`` replaces a file fedshift did not write); returns
+    its path."""
+    check_output(path, FIGURE, flag, force=force)
     metric, groups = curve_groups(run_dirs, metric)
     fig = draw_curves(groups, metric)
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    try:
+        return write_figure(fig, path, flag, force=force, dpi=120)
+    finally:
+        plt.close(fig)

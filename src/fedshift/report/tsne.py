@@ -21,6 +21,7 @@ import torch
 
 from fedshift.core.bounded import read_json_bounded
 from fedshift.core.errors import ConfigError
+from fedshift.core.outputs import FIGURE, check_output, write_figure
 from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
 from fedshift.core.runfiles import CONFIG, RunFiles
 from fedshift.core.seeding import torch_generator
@@ -169,14 +170,19 @@ def plot_tsne(
     seed: int = 0,
     cache_dir: str | None = None,
     with_target: bool = False,
+    force: bool = False,
 ) -> Path:
-    """Write the t-SNE figure of a run (default ``RUN_DIR/tsne.png``); returns its path.
-    ``with_target`` adds the held-out target domain's test features (stars)."""
+    """Write the t-SNE figure of a run (default ``RUN_DIR/tsne.png``) under the output rule
+    of :mod:`fedshift.core.outputs` (``force`` replaces a file fedshift did not write);
+    returns its path. ``with_target`` adds the held-out target domain's test features
+    (stars)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    path = Path(out) if out else Path(run_dir) / "tsne.png"
+    check_output(path, FIGURE, "--out", force=force)
     exp, state, round_ = load_run(run_dir, cache_dir)
     embedding = collect(exp, state, per_client=per_client, seed=seed, with_target=with_target)
     points, protos = embed_2d(embedding, seed)
@@ -215,8 +221,7 @@ def plot_tsne(
     ax.set_yticks([])
     ax.legend(loc="best", fontsize=7, markerscale=1.0, framealpha=0.8)
     fig.tight_layout()
-    path = Path(out) if out else Path(run_dir) / "tsne.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    try:
+        return write_figure(fig, path, "--out", force=force, dpi=120)
+    finally:
+        plt.close(fig)
