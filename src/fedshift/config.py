@@ -290,6 +290,21 @@ def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
     return RunFiles(run_dir).saved_config()
 
 
+def rebuild_config(run_dir: str | Path, *, allow_imports: bool = False) -> RunConfig:
+    """The config a run directory was started with, as a RunConfig to rebuild its model and
+    algorithm from (``fedshift plot tsne``, :func:`fedshift.report.tsne.load_run`): the one
+    rule for code named by a file, the refusal of ``--resume``. A saved import path
+    (``algorithm`` or ``model``) is a one-line ConfigError, nothing imported, unless allowed
+    (``allow_imports`` or ``FEDSHIFT_ALLOW_IMPORTS=1``); keys this version does not know
+    (a newer fedshift's) are left out."""
+    saved = saved_run_config(run_dir)
+    if not imports_allowed(allow_imports):
+        refuse_file_imports(saved, set(), f"the saved config of the run in {run_dir}")
+    names = {f.name for f in dataclasses.fields(RunConfig)}
+    saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
+    return RunConfig(**{k: v for k, v in saved.items() if k in names})
+
+
 def resolve_resume(
     run_dir: str | Path,
     file: str | None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from fedshift.cli.errors import ArgumentParser, Command, add_force_flag
+from fedshift.cli.run import add_allow_imports_flag
 from fedshift.core.outputs import FIGURE, check_output
 
 
@@ -18,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", help="figure file (.png, .pdf, .svg, .jpg; default RUN_DIR/tsne.png)"
     )
     add_force_flag(tsne)
+    add_allow_imports_flag(tsne, "the run's config.json")
     tsne.add_argument("--per-client", type=int, default=100, dest="per_client")
     tsne.add_argument(
         "--with-target",
@@ -58,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
             per_client=args.per_client,
             with_target=args.with_target,
             force=args.force,
+            allow_imports=args.allow_imports,
         )
     print(f"wrote {path}")
     return 0

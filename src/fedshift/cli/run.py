@@ -40,19 +40,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="override any config key, e.g. --set lr=0.05 --set algo.mu=0.1",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--allow-imports",
-        action="store_true",
-        dest="allow_imports",
-        help="let the --config file, the preset or the resumed run's config.json name an "
-        "import path (algorithm/model package.module:name); off by default, as "
-        "FEDSHIFT_ALLOW_IMPORTS=1",
-    )
+    add_allow_imports_flag(parser, "the --config file, the preset or the resumed run's config.json")
     parser.add_argument(
         "--dry-run",
         action="store_true",
         dest="dry_run",
         help="print the resolved config and the clients (role, domain, split sizes); no training",
+    )
+
+
+def add_allow_imports_flag(parser: argparse.ArgumentParser, files: str) -> None:
+    """``--allow-imports``: the one opt-in that lets ``files`` name code to import."""
+    parser.add_argument(
+        "--allow-imports",
+        action="store_true",
+        dest="allow_imports",
+        help=f"let {files} name an import path (algorithm/model package.module:name); off by "
+        "default, as FEDSHIFT_ALLOW_IMPORTS=1",
     )
 
 

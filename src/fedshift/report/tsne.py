@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.config import rebuild_config
 from fedshift.core.bounded import read_json_bounded
 from fedshift.core.errors import ConfigError
 from fedshift.core.outputs import FIGURE, check_output, write_figure
-from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
 from fedshift.core.runfiles import CONFIG, RunFiles
 from fedshift.core.seeding import torch_generator
 from fedshift.core.split import to_input
@@ -48,18 +48,17 @@ class Embedding:
     targets: int = 0
 
 
-def load_run(run_dir: str | Path, cache_dir: str | None = None):
-    """The experiment of a run directory with its checkpointed server and client states."""
+def load_run(run_dir: str | Path, cache_dir: str | None = None, *, allow_imports: bool = False):
+    """The experiment of a run directory with its checkpointed server and client states.
+    A saved import path is refused as on ``--resume`` unless ``allow_imports``
+    (:func:`fedshift.config.rebuild_config`)."""
 
     files = RunFiles(run_dir)
     if not files.config.is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no {CONFIG})")
-    saved = read_json_bounded(files.config, ConfigError)
-    if not isinstance(saved, dict):
+    if not isinstance(read_json_bounded(files.config, ConfigError), dict):
         raise ConfigError(f"{files.config} is not a fedshift run config")
-    names = {f.name for f in dataclasses.fields(RunConfig)}
-    saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
-    cfg = RunConfig(**{k: v for k, v in saved.items() if k in names})
+    cfg = rebuild_config(run_dir, allow_imports=allow_imports)
     exp = prepare(cfg, cache_dir=cache_dir)
     ckpt = load_checkpoint(files.checkpoint)
     for cid, ctx in exp.contexts.items():
@@ -171,11 +170,12 @@ def plot_tsne(
     cache_dir: str | None = None,
     with_target: bool = False,
     force: bool = False,
+    allow_imports: bool = False,
 ) -> Path:
     """Write the t-SNE figure of a run (default ``RUN_DIR/tsne.png``) under the output rule
     of :mod:`fedshift.core.outputs` (``force`` replaces a file fedshift did not write);
     returns its path. ``with_target`` adds the held-out target domain's test features
-    (stars)."""
+    (stars); ``allow_imports`` lets the run's config.json name an import path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,7 +183,7 @@ def plot_tsne(
 
     path = Path(out) if out else Path(run_dir) / "tsne.png"
     check_output(path, FIGURE, "--out", force=force)
-    exp, state, round_ = load_run(run_dir, cache_dir)
+    exp, state, round_ = load_run(run_dir, cache_dir, allow_imports=allow_imports)
     embedding = collect(exp, state, per_client=per_client, seed=seed, with_target=with_target)
     points, protos = embed_2d(embedding, seed)
     colours = plt.get_cmap("tab10" if exp.dataset.num_classes <= 10 else "tab20")
