@@ -16,6 +16,7 @@ import pytest
 from fedshift.algorithms.fedavg import FedAvg
 from fedshift.cli import main
 from fedshift.core.errors import DatasetError, RoundFailed
+from fedshift.core.runfiles import MARKER_NAME
 from fedshift.engine.run import runner as runner_module
 
 TINY = ["--rounds", "1", "--quiet", "--set", "client_data_fraction=0.05"]
@@ -275,6 +276,7 @@ def test_resume_with_a_contradicting_flag_names_the_key(in_tmp, capsys):
 def test_corrupt_checkpoint_without_a_previous_one_is_one_line(in_tmp, capsys):
     run_dir = in_tmp / "broken"
     run_dir.mkdir()
+    (run_dir / MARKER_NAME).write_text("")  # a run's folder (a folder without it is refused)
     (run_dir / "config.json").write_text(json.dumps({"algorithm": "fedavg", "rounds": 1}))
     (run_dir / "checkpoint.pt").write_bytes(
         b"PK\x03\x04xx\nFEDSHIFT-CKPT sha256=" + b"0" * 64 + b"\n"

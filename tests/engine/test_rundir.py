@@ -147,3 +147,53 @@ def test_run_experiment_as_the_flower_serverapp_calls_it_refuses_a_foreign_out_d
         with pytest.raises(ConfigError, match="not a fedshift run directory"):
             run_experiment(cfg, "project", resume=resume, progress=False)
     assert files_of(in_tmp / "project") == before
+
+
+def test_resume_of_a_folder_holding_a_checkpoint_touches_no_user_file(in_tmp, capsys):
+    """#34: a fedshift checkpoint in a folder used to skip the foreign-entry check; a user's
+    ``report.v2.tmp`` beside it was deleted and their ``summary.json`` overwritten."""
+    argv = ["run", "--rounds", "1", "--quiet", "--set", SMALL[0], "--set", SMALL[1]]
+    assert main([*argv, "--out", "r"]) == 0
+    project = in_tmp / "project"
+    project.mkdir()
+    for name in ("checkpoint.pt", "config.json"):
+        (project / name).write_bytes((in_tmp / "r" / name).read_bytes())
+    (project / "summary.json").write_text('{"mine": true}\n')
+    (project / "report.v2.tmp").write_text("draft\n")
+    (in_tmp / "r" / "report.v2.tmp").write_text("draft\n")
+    capsys.readouterr()
+    for folder in (project, in_tmp / "r"):
+        before = files_of(folder)
+        resume = ["run", "--out", str(folder), "--resume", "--rounds", "2", "--quiet"]
+        assert main(resume) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "not a fedshift run directory" in err[0], err
+        assert "report.v2.tmp" in err[0] and "nothing was changed" in err[0]
+        assert files_of(folder) == before
+    # its own: a figure fedshift wrote into the run and a temp file of a killed writer
+    (in_tmp / "r" / "report.v2.tmp").unlink()
+    assert main(["plot", "curves", "r", "--out", "r/curves.png"]) == 0
+    (in_tmp / "r" / "checkpoint.pt.k2j4_x9a.tmp").write_bytes(b"half")
+    assert main(["run", "--out", "r", "--resume", "--rounds", "2", "--quiet"]) == 0
+    assert not (in_tmp / "r" / "checkpoint.pt.k2j4_x9a.tmp").exists()
+    assert (in_tmp / "r" / "curves.png").is_file()
+
+
+def test_restart_refuses_a_tensorboard_folder_holding_a_users_file(in_tmp, capsys):
+    """#34: restarting a run stopped before its first checkpoint cleared ``tensorboard/``
+    with a user's notebook in it."""
+    run_dir = in_tmp / "r"
+    with claim_run_dir(run_dir):
+        (run_dir / "config.json").write_text("{}\n")
+        (run_dir / "tensorboard").mkdir()
+        (run_dir / "tensorboard" / "events.out.tfevents.1764300000.host.1.0").write_bytes(b"")
+        (run_dir / "tensorboard" / "analysis.ipynb").write_text("{}\n")
+    before = files_of(run_dir)
+    argv = ["run", "--rounds", "1", "--quiet", "--out", "r", "--set", SMALL[0], "--set", SMALL[1]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "tensorboard/analysis.ipynb" in err and "not a fedshift run directory" in err, err
+    assert files_of(run_dir) == before
+    with claim_run_dir(run_dir), pytest.raises(ConfigError, match="tensorboard/analysis.ipynb"):
+        clear_run_dir(run_dir)
+    assert files_of(run_dir) == before

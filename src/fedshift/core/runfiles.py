@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,9 @@ PREVIOUS_CHECKPOINT = "checkpoint.prev.pt"
 LOCK_NAME = ".lock"
 MARKER_NAME = ".fedshift-run"
 
-#: every name a run writes at the top of its directory (temp files match ``state.TEMP_FILE``)
+#: SQLite's side files of ``mlflow.db`` (a journal a killed writer may leave)
+MLFLOW_SIDE_FILES = ("mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm")
+#: every name a run writes at the top of its directory (temp files match :data:`OWN_TEMP_FILE`)
 OWN_NAMES = frozenset(
     {
         LOCK_NAME,
@@ -51,8 +54,26 @@ OWN_NAMES = frozenset(
         "tensorboard",
         "wandb",
         "mlflow.db",
+        *MLFLOW_SIDE_FILES,
     }
 )
+#: the files a run replaces through a temp file ``<name>.<random>.tmp`` (core.state.atomic_file)
+ATOMIC_NAMES = (CONFIG, SUMMARY, METRICS, CHECKPOINT, PREVIOUS_CHECKPOINT)
+#: a temp file a killed writer of this run left behind (and nothing a user may have named
+#: ``*.tmp``): one of :data:`ATOMIC_NAMES`, a dot, mkstemp's random part, ``.tmp``
+OWN_TEMP_FILE = re.compile(
+    r"^(" + "|".join(re.escape(name) for name in ATOMIC_NAMES) + r")\.[A-Za-z0-9_]+\.tmp$"
+)
+#: what a run's trackers put at the top of their own folders; anything else there is foreign
+OWN_FOLDER_ENTRIES = {
+    # TensorBoard's SummaryWriter: one event file per session, nothing else
+    "tensorboard": re.compile(r"^events\.out\.tfevents\.[^/]+$"),
+    # W&B offline runs (``offline-run-DATE_TIME-ID``), its ``latest-run`` link and debug logs
+    "wandb": re.compile(
+        r"^((offline-)?run-\d{8}_\d{6}-[A-Za-z0-9]+"
+        r"|latest-run|debug(-internal|-cli\.[^/]+)?\.log)$"
+    ),
+}
 #: keys every summary has; a file without them is not a fedshift summary
 SUMMARY_KEYS = ("algorithm", "target", "seed")
 #: the key listing, in a row or summary, the values that were not finite numbers

@@ -19,7 +19,6 @@ import hashlib
 import io
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -65,8 +64,6 @@ MAX_CHECKPOINT_BYTES = 32 << 30
 #: a plain ``torch.save`` file (an older, unhashed checkpoint) is a zip archive: it starts
 #: with a local file header and ends with the end-of-central-directory record (22 bytes)
 ZIP_START, ZIP_END, ZIP_END_SIZE = b"PK\x03\x04", b"PK\x05\x06", 22
-#: temp files of :func:`write_atomically` (``<name>.<mkstemp's random part>.tmp``)
-TEMP_FILE = re.compile(r"^.+\.[A-Za-z0-9_]+\.tmp$")
 
 #: permissions of a new run file: what ``open()`` would give (mkstemp's are owner-only)
 _UMASK = os.umask(0)

@@ -28,8 +28,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fedshift.core.errors import CheckpointError, ConfigError
-from fedshift.core.runfiles import CHECKPOINT, LOCK_NAME, MARKER_NAME, OWN_NAMES, RunFiles
-from fedshift.core.state import TEMP_FILE
+from fedshift.core.outputs import is_fedshift_figure
+from fedshift.core.runfiles import (
+    CHECKPOINT,
+    LOCK_NAME,
+    MARKER_NAME,
+    OWN_FOLDER_ENTRIES,
+    OWN_NAMES,
+    OWN_TEMP_FILE,
+    RunFiles,
+)
 
 try:
     import fcntl
@@ -104,12 +112,28 @@ def run_dir_contents(run_dir: Path) -> list[Path]:
 
 
 def foreign_entries(run_dir: Path) -> list[str]:
-    """Names in ``run_dir`` that no fedshift run writes, sorted; every name when the folder
-    lacks the marker a run writes first (then nothing in it is provably fedshift's)."""
-    names = sorted(p.name for p in Path(run_dir).iterdir())
+    """Entries of ``run_dir`` that no fedshift run writes, sorted; every name when the folder
+    lacks the marker a run writes first (then nothing in it is provably fedshift's).
+
+    Fedshift's own subfolders are looked into too: an entry of ``tensorboard/`` or ``wandb/``
+    that its tracker does not write is listed as ``tensorboard/NAME``. A figure fedshift wrote
+    into the run (``plot tsne``'s default ``tsne.png``) is its own."""
+    run_dir = Path(run_dir)
+    names = sorted(p.name for p in run_dir.iterdir())
     if MARKER_NAME not in names:
         return [name for name in names if name != LOCK_NAME]
-    return [n for n in names if n not in OWN_NAMES and not TEMP_FILE.match(n)]
+    foreign = []
+    for name in names:
+        path = run_dir / name
+        if name in OWN_FOLDER_ENTRIES and path.is_dir() and not path.is_symlink():
+            own = OWN_FOLDER_ENTRIES[name]
+            foreign += [f"{name}/{p.name}" for p in sorted(path.iterdir()) if not own.match(p.name)]
+        elif name in OWN_FOLDER_ENTRIES:
+            foreign.append(name)  # a file or link where fedshift keeps a folder
+        elif name not in OWN_NAMES and not OWN_TEMP_FILE.match(name):
+            if not is_fedshift_figure(path):
+                foreign.append(name)
+    return foreign
 
 
 def clear_run_dir(run_dir: Path) -> None:
@@ -128,18 +152,23 @@ def clear_run_dir(run_dir: Path) -> None:
 def not_a_run_dir(run_dir: Path, foreign: list[str]) -> str:
     """The one-line refusal of a folder that is not provably a fedshift run directory."""
     shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    if not (Path(run_dir) / MARKER_NAME).exists():
+        return (
+            f"--out {run_dir} is not a fedshift run directory (it has no {MARKER_NAME} marker "
+            f"and holds {shown}); nothing was changed: give a new or empty folder"
+        )
     return (
         f"--out {run_dir} is not a fedshift run directory (it holds {shown}, which fedshift "
-        "did not write); nothing was changed: give a new or empty folder"
+        "did not write); nothing was changed: move those out, or give a new or empty folder"
     )
 
 
 def refuse_foreign(run_dir: Path) -> None:
-    """Refuse (ConfigError, touching nothing) an existing folder without a checkpoint that
-    holds anything fedshift did not write: the only kind of run folder fedshift ever clears
-    is one that is provably its own."""
+    """Refuse (ConfigError, touching nothing) an existing folder that holds anything fedshift
+    did not write, checkpoint or not: a run is started again, resumed or cleared only in a
+    folder that is provably its own, so a user's file beside a run is never lost."""
     run_dir = Path(run_dir)
-    if not run_dir.is_dir() or RunFiles(run_dir).has_checkpoint():
+    if not run_dir.is_dir():
         return
     foreign = foreign_entries(run_dir)
     if foreign:
@@ -186,7 +215,7 @@ def check_run_dir(run_dir: Path, *, resume: bool) -> None:
             raise CheckpointError(f"cannot resume: no {CHECKPOINT} in {run_dir}")
         return
     contents = run_dir_contents(run_dir)
-    if RunFiles(run_dir).config.is_file():
+    if RunFiles(run_dir).config.is_file() or RunFiles(run_dir).has_checkpoint():
         refuse_foreign(run_dir)
     if resume:
         if not RunFiles(run_dir).has_checkpoint() and not never_checkpointed(run_dir):
@@ -202,7 +231,7 @@ def settle_run_dir(run_dir: Path, *, resume: bool) -> bool:
     reached its first checkpoint. Returns whether to resume from a checkpoint."""
     check_run_dir(run_dir, resume=resume)  # again: another process may have written meanwhile
     for path in run_dir_contents(run_dir):
-        if path.is_file() and TEMP_FILE.match(path.name):
+        if path.is_file() and OWN_TEMP_FILE.match(path.name):
             path.unlink()
     if never_checkpointed(run_dir):
         log.warning(
