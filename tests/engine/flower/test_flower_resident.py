@@ -457,3 +457,48 @@ def test_the_worker_socket_appears_only_once_it_listens(worker_dir, monkeypatch)
     finally:
         worker.listener.close()
         worker.paths.socket.unlink()
+
+
+def test_a_ping_is_answered_while_a_slow_sender_holds_a_connection(lone_worker):
+    """#34: one slow request never holds the worker. A sender with the secret trickles its
+    head one byte every 0.5 s; a ping sent meanwhile is answered at once (it used to wait
+    until the trickling request was dropped at the deadline)."""
+    process, paths, _ = lone_worker
+    secret = paths.secret.read_text().strip()
+    head = task_head(content=[], state=[])[:100]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as slow:
+        slow.settimeout(60)
+        slow.connect(str(paths.socket))
+        slow.sendall(wire.prologue(secret) + wire.HEADER.pack(wire.MAGIC, len(head)) + head[:3])
+        time.sleep(0.3)  # the worker is now reading the slow request
+        started = time.monotonic()
+        status = resident.ping(paths)
+        waited = time.monotonic() - started
+    assert status["pid"] == process.pid
+    assert waited < 1.0, f"the ping waited {waited:.1f} s behind the slow sender"
+
+
+def test_a_16_mib_head_of_escaped_quotes_is_refused_at_once_and_delays_no_ping(lone_worker):
+    """#34: the JSON depth check was quadratic in a head of escaped quotes (80 kB: 30 s; the
+    16 MiB the worker reads would take days); now the largest head is refused as "not JSON"
+    within seconds, and a ping sent while it is read is answered at once."""
+    process, paths, log = lone_worker
+    secret = paths.secret.read_text().strip()
+    data = wire.prologue(secret) + frame(b'\\"' * (wire.MAX_JSON // 2))
+    answers = {}
+
+    def hostile():
+        started = time.monotonic()
+        answers["head"] = send_raw(paths.socket, data)
+        answers["seconds"] = time.monotonic() - started
+
+    sender = threading.Thread(target=hostile)
+    sender.start()
+    started = time.monotonic()
+    status = resident.ping(paths)
+    waited = time.monotonic() - started
+    sender.join(timeout=60)
+    assert status["pid"] == process.pid and waited < 1.0, f"the ping waited {waited:.1f} s"
+    assert answers["head"]["kind"] == "protocol" and "not JSON" in answers["head"]["error"]
+    assert answers["seconds"] < 3.0, answers["seconds"]
+    assert_still_serving(process, paths, log, "not JSON")

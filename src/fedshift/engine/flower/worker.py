@@ -6,12 +6,16 @@ SuperNode, with the SuperNode's node config and pid::
     python -m fedshift.engine.flower.worker --node-config "partition-id=0 num-partitions=3" \\
         --supernode-pid 12345 [--idle-timeout 600]
 
-It answers one request at a time on its Unix socket. A request must come from a process
-of this user and open with the worker's secret in a fixed-size prologue, checked before
-anything else is read; it must arrive whole within ``--request-deadline`` seconds (a
-deadline for the whole request, so a sender trickling bytes cannot hold the worker); every
-frame is bounded and checked before room is made for it (:mod:`.wire`), and so are the run
-and node configs and the task's instructions. Anything else is refused with one line to
+Each connection is read on a thread of its own (at most :data:`MAX_CONNECTIONS` at once; one
+more is refused at once), so a slow or hostile request never delays another client's: a
+ping is answered while another request trickles in, and tasks run one at a time in the order
+their requests were complete. A request must come from a process of this user and open
+with the worker's secret in a fixed-size prologue, checked before anything else is read; it
+must arrive whole within ``--request-deadline`` seconds (a deadline for the whole request)
+and be decoded within ``--request-cpu-budget`` seconds of CPU (:class:`.wire.CpuBudget`;
+every step of the decoding is linear in its bytes); every frame is bounded and checked
+before room is made for it (:mod:`.wire`), and so are the run and node configs and the
+task's instructions. Anything else is refused with one line to
 the client and one on stderr (the SuperNode's log), and the worker keeps serving. A task
 runs through :func:`fedshift.engine.flower.clientapp.answer`, the ClientApp's own code, on
 the ``Context.state`` the ClientApp sent; the reply and the new state go back. The worker
@@ -46,6 +50,7 @@ from fedshift.engine.flower.resident import (
 )
 from fedshift.engine.flower.wire import (
     PROLOGUE,
+    CpuBudget,
     ProtocolError,
     finite_or_none,
     prologue,
@@ -56,6 +61,11 @@ from fedshift.engine.flower.wire import (
 
 #: seconds a client may take to send its whole request before it is dropped
 REQUEST_DEADLINE = 60.0
+#: seconds of CPU one request may spend being read and decoded (a 16 MiB head takes well
+#: under one; the task it carries is not counted)
+REQUEST_CPU_BUDGET = 5.0
+#: connections read at once; one more is refused at once
+MAX_CONNECTIONS = 16
 #: what decoding a hostile request may raise besides ProtocolError: refused, never fatal
 DECODING_ERRORS = (ProtocolError, ValueError, TypeError, KeyError, RecursionError, MemoryError)
 #: seconds between checks of the SuperNode and the idle timeout
@@ -94,11 +104,19 @@ class Worker:
         supernode: int,
         idle_timeout: float,
         request_deadline: float = REQUEST_DEADLINE,
+        request_cpu_budget: float = REQUEST_CPU_BUDGET,
     ):
         self.paths: WorkerPaths = worker_paths(node_config, supernode)
         self.supernode = supernode
         self.idle_timeout = idle_timeout
         self.request_deadline = request_deadline
+        self.request_cpu_budget = request_cpu_budget
+        #: one task at a time (they share torch and the node's experiment)
+        self.task_lock = threading.Lock()
+        #: guards the counters below
+        self.counts = threading.Lock()
+        self.open_connections = 0
+        self.last_active = time.monotonic()
         self.secret = secrets.token_hex(32)
         self.prologue = prologue(self.secret)
         self.tasks = 0
@@ -161,9 +179,15 @@ class Worker:
             finally:
                 self.cleanup()
 
+    def _idle_for(self) -> float:
+        """Seconds since the last connection ended; 0 while one is open."""
+        with self.counts:
+            if self.open_connections:
+                return 0.0
+            return time.monotonic() - self.last_active
+
     def _loop(self) -> int:
         assert self.listener is not None
-        last = time.monotonic()
         while True:
             try:
                 conn, _ = self.listener.accept()
@@ -171,22 +195,38 @@ class Worker:
                 if not _alive(self.supernode):
                     log(f"SuperNode pid {self.supernode} is gone; leaving")
                     return 0
-                if self.idle_timeout > 0 and time.monotonic() - last > self.idle_timeout:
+                if self.idle_timeout > 0 and self._idle_for() > self.idle_timeout:
                     log(f"idle for {self.idle_timeout:g} s; leaving")
                     return 0
                 continue
+            with self.counts:
+                full = self.open_connections >= MAX_CONNECTIONS
+                if not full:
+                    self.open_connections += 1
+            if full:
+                with conn:
+                    self._refuse(conn, f"busy: {MAX_CONNECTIONS} requests are being read")
+                continue
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        """Answer one connection on its own thread, so it never delays another's."""
+        try:
             with conn:
-                try:
-                    self.handle(conn)
-                except OSError as exc:  # the ClientApp went away mid-exchange
-                    log(f"lost a ClientApp: {exc.__class__.__name__}: {exc}")
-                except DECODING_ERRORS as exc:  # a reply that cannot be sent back
-                    log(f"dropped a request: {exc.__class__.__name__}: {exc}")
-            last = time.monotonic()
+                self.handle(conn)
+        except OSError as exc:  # the ClientApp went away mid-exchange
+            log(f"lost a ClientApp: {exc.__class__.__name__}: {exc}")
+        except DECODING_ERRORS as exc:  # a reply that cannot be sent back
+            log(f"dropped a request: {exc.__class__.__name__}: {exc}")
+        finally:
+            with self.counts:
+                self.open_connections -= 1
+                self.last_active = time.monotonic()
 
     def _refuse(self, conn: socket.socket, reason: str) -> None:
         reason = " ".join(reason.split())[:500]
-        self.rejected += 1
+        with self.counts:
+            self.rejected += 1
         log(f"rejected a request: {reason}")
         try:
             conn.settimeout(1.0)
@@ -198,7 +238,7 @@ class Worker:
         """Answer one connection: a ping or a task; anything malformed is refused.
 
         The secret comes first, in a fixed-size prologue: without it nothing more is read.
-        The whole request must arrive by one deadline.
+        The whole request must arrive by one deadline and be decoded within the CPU budget.
         """
         uid = _peer_uid(conn)
         if uid is not None and uid != os.getuid():
@@ -214,7 +254,7 @@ class Worker:
             self._refuse(conn, "wrong secret")
             return
         try:
-            head, parts = recv_message(conn, deadline)
+            head, parts = recv_message(conn, deadline, CpuBudget(self.request_cpu_budget))
             op = head.get("op")
             if op == "ping":
                 status = {"ok": True, "pid": os.getpid(), "tasks": self.tasks}
@@ -230,7 +270,8 @@ class Worker:
             self._refuse(conn, f"{exc.__class__.__name__}: {exc}")
             return
         conn.settimeout(None)
-        self._run(conn, parts["content"], context, timeout)
+        with self.task_lock:
+            self._run(conn, parts["content"], context, timeout)
 
     def _context(self, head: dict[str, Any], parts: dict[str, Any]):
         """The Flower Context the task runs in and the task's timeout, from a checked
@@ -288,7 +329,8 @@ class Worker:
         finally:
             if watchdog is not None:
                 watchdog.cancel()
-        self.tasks += 1
+        with self.counts:
+            self.tasks += 1
         send_message(conn, {"ok": True}, {"content": reply, "state": context.state})
 
     def _give_up(self, seconds: float) -> None:
@@ -316,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         default=REQUEST_DEADLINE,
         help="seconds a client may take to send its whole request",
     )
+    parser.add_argument(
+        "--request-cpu-budget",
+        type=float,
+        default=REQUEST_CPU_BUDGET,
+        help="seconds of CPU a request may take to be read and decoded (not its task)",
+    )
     args = parser.parse_args(argv)
     if args.node_config_json is not None:
         node_config = json.loads(args.node_config_json)
@@ -327,7 +375,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no process {args.supernode_pid}", file=sys.stderr)
         return 2
     try:
-        worker = Worker(node_config, args.supernode_pid, args.idle_timeout, args.request_deadline)
+        worker = Worker(
+            node_config,
+            args.supernode_pid,
+            args.idle_timeout,
+            args.request_deadline,
+            args.request_cpu_budget,
+        )
     except WorkerUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
