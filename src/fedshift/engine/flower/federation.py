@@ -13,6 +13,7 @@ from fedshift.core.errors import ConfigError
 from fedshift.core.record import Record
 from fedshift.engine.assembly import Experiment
 from fedshift.engine.federation import BaseFederation, federation_options
+from fedshift.engine.flower.client_keys import load_client_keys, public_key_der
 from fedshift.engine.flower.convert import ConversionError, from_recorddict, to_recorddict
 from fedshift.engine.flower.messages import (
     CONTROL,
@@ -61,6 +62,11 @@ class FlowerFederation(BaseFederation):
         self.round_timeout = opts.round_timeout
         self.connect_timeout = opts.connect_timeout
         self.client_ids = [c.client_id for c in exp.scenario.clients]
+        #: the node each client is bound to (``client-keys``); None: any node may claim one
+        self.client_keys = (
+            load_client_keys(opts.client_keys, self.client_ids) if opts.client_keys else None
+        )
+        self._node_keys: dict[int, bytes] = {}  # node id -> its registered key (DER)
         self.nodes: dict[int, int] = {}  # client id -> node id
         self._asked: set[int] = set()  # node ids that said who they are (or were refused)
         self._released: dict[int, int] = {}  # client id -> its node that went offline
@@ -132,10 +138,14 @@ class FlowerFederation(BaseFederation):
         whose identity is not an integer id of this task; within one discovery the lower
         node id claims first. A refused node is never asked again in this run. When the
         holder goes offline (a restarted SuperNode gets a new node id), the next node
-        naming that client takes it over, logged. Nothing a node
+        naming that client takes it over, logged. With ``client-keys``, a node may claim
+        only the client its registered key (or node id) is bound to. Nothing a node
         answers can raise here.
         """
-        online = set(int(n) for n in self.grid.get_node_ids())
+        if self.client_keys is not None and self.client_keys.keys:
+            online = self._online_with_keys()
+        else:
+            online = set(int(n) for n in self.grid.get_node_ids())
         gone = {c: n for c, n in self.nodes.items() if n not in online}
         self.nodes = {c: n for c, n in self.nodes.items() if n in online}
         self._released.update(gone)
@@ -180,12 +190,28 @@ class FlowerFederation(BaseFederation):
         if refused:
             self._tell_refused(refused)
 
+    def _online_with_keys(self) -> set[int]:
+        """The online nodes, remembering each one's registered public key (Flower 1.41
+        gives the ServerApp ``NodeInfo.public_key``, PEM, for a registered node)."""
+        online = set()
+        for info in self.grid.get_nodes():
+            node = int(info.node_id)
+            online.add(node)
+            if node not in self._node_keys and getattr(info, "public_key", b""):
+                try:
+                    self._node_keys[node] = public_key_der(info.public_key, f"node {node}'s key")
+                except ConfigError as exc:
+                    log.warning("%s", exc)
+        return online
+
     def _claim(self, node: int, content: RecordDict) -> int:
         """The client ``node`` may serve, or a :class:`ConfigError` saying why not."""
         identity = content[IDENTITY] if IDENTITY in content else None
         if not isinstance(identity, ConfigRecord):
             raise ConfigError("its reply holds no identity config record")
         cid = node_client_id(dict(identity), self.client_ids)
+        if self.client_keys is not None:
+            self.client_keys.check(cid, node, self._node_keys.get(node))
         holder = self.nodes.get(cid)
         if holder is not None and holder != node:
             raise ConfigError(

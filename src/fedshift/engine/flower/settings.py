@@ -30,6 +30,7 @@ DEPLOY_DEFAULTS: dict[str, Any] = {
     "cache-dir": "",  # dataset cache; "" -> $FEDSHIFT_CACHE or ~/.cache/fedshift
     "max-samples": 0,  # > 0: keep the first N samples of each split of each domain
     "set": "",  # extra "key=value key=value" settings (e.g. algo.mu=0.01)
+    "client-keys": "",  # TOML file binding each client id to its SuperNode's key (client_keys)
 }
 
 
@@ -43,6 +44,7 @@ class DeployOptions:
     connect_timeout: float = 300.0
     cache_dir: str = ""
     max_samples: int = 0
+    client_keys: str = ""
 
 
 def parse_run_config(user_config: Mapping[str, Any]) -> tuple[RunConfig, DeployOptions]:
@@ -71,6 +73,7 @@ def parse_run_config(user_config: Mapping[str, Any]) -> tuple[RunConfig, DeployO
         connect_timeout=float(opts["connect-timeout"]),
         cache_dir=str(opts["cache-dir"]),
         max_samples=int(opts["max-samples"]),
+        client_keys=str(opts["client-keys"]),
     )
 
 
