@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fedshift.algorithms import REGISTRY, get_algorithm
-from fedshift.core.bounded import read_toml_bounded
+from fedshift.core.bounded import check_regular_file, read_toml_bounded
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
@@ -89,9 +89,7 @@ def apply_settings(cfg: RunConfig, settings: dict[str, Any]) -> None:
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     """Flatten a TOML config (top-level run keys and an ``[algo]`` table)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+    path = check_regular_file(path, "config file", ConfigError)
     data = read_toml_bounded(path, ConfigError)
     flat: dict[str, Any] = {}
     for key, value in data.items():

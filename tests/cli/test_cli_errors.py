@@ -312,3 +312,33 @@ def test_sweep_errors_are_one_line(in_tmp, capsys):
     line = one_line(capsys, 2, [*sweep, "-a", "fedavg", "--out", "notes.txt"], "notes.txt")
     assert "cannot use" in line
     assert (in_tmp / "notes.txt").read_text() == "mine"
+
+
+def test_a_preset_or_config_that_is_not_a_file_says_what_it_is(in_tmp, capsys):
+    """#34: ``--preset /dev/zero`` and ``--preset <folder>`` said "does not exist"."""
+    (in_tmp / "presets").mkdir()
+    run = ["run", "--dry-run"]
+    one_line(capsys, 2, [*run, "--preset", "/dev/zero"], "/dev/zero is not a regular file")
+    one_line(capsys, 2, [*run, "--preset", "presets/"], "preset file presets is a folder")
+    one_line(capsys, 2, [*run, "--config", "presets"], "config file presets is a folder")
+    one_line(capsys, 2, [*run, "--preset", "gone.toml"], "preset file gone.toml does not exist")
+
+
+def test_sweep_out_on_a_foreign_folder_is_not_called_a_run_directory(in_tmp, capsys):
+    """#34: a user's folder holding a config.json of theirs was called "a run directory"."""
+    (in_tmp / "project").mkdir()
+    (in_tmp / "project" / "config.json").write_text('{"mine": true}\n')
+    argv = ["sweep", "-a", "fedavg", "-t", "optdigits", "--out", "project", "--rounds", "1"]
+    line = one_line(capsys, 2, argv, "cannot use --out project: it holds config.json")
+    assert "run directory" not in line and "nothing was changed" in line
+    assert sorted(p.name for p in (in_tmp / "project").iterdir()) == ["config.json"]
+
+
+def test_a_run_failing_before_its_first_checkpoint_does_not_suggest_resume(
+    in_tmp, capsys, monkeypatch
+):
+    """#34: it suggested ``--resume``, which only starts the same failing run again."""
+    with monkeypatch.context() as patch:
+        interrupt_in_round(patch, 1, RoundFailed("round 1: 0 of 3 clients replied"))
+        line = one_line(capsys, 2, ["run", *TINY, "--out", "r"], "before its first checkpoint")
+    assert "--resume" not in line and "run the same command again" in line

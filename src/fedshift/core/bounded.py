@@ -21,6 +21,19 @@ MAX_RUN_JSON_BYTES = 64 << 20
 MAX_SIDECAR_BYTES = 16 << 20
 
 
+def check_regular_file(path: str | os.PathLike, what: str, error: type[Exception]) -> Path:
+    """``path`` when it is a regular file (or a link to one); otherwise ``error`` saying
+    what it is instead: missing, a folder, or a device, pipe or socket (``/dev/zero``)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise error(f"{what} {path} is a folder; give a file")
+    if path.exists():
+        raise error(f"{what} {path} is not a regular file (a device, pipe or socket); give a file")
+    raise error(f"{what} {path} does not exist")
+
+
 def read_bytes_bounded(
     path: str | os.PathLike, limit: int, error: type[Exception], what: str
 ) -> bytes:

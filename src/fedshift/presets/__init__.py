@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedshift.core.bounded import MAX_TOML_BYTES, parse_toml, read_bytes_bounded
+from fedshift.core.bounded import (
+    MAX_TOML_BYTES,
+    check_regular_file,
+    parse_toml,
+    read_bytes_bounded,
+)
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.runconfig import RUN_KEYS
 
@@ -119,10 +124,7 @@ def is_path(ref: str) -> bool:
 def preset_path(ref: str) -> tuple[str, Path]:
     """The recorded name and the file of a preset given by name or path."""
     if is_path(ref):
-        path = Path(ref).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"preset file {ref} does not exist")
-        return ref, path
+        return ref, check_regular_file(Path(ref).expanduser(), "preset file", ConfigError)
     names = preset_names()
     if ref not in names:
         raise ConfigError(

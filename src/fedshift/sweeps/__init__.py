@@ -141,10 +141,17 @@ def check_out(out: Path) -> None:
     if problem is not None:
         raise ConfigError(f"cannot use --out {out}: {problem}")
     files = RunFiles(out)
-    if (out / MARKER_NAME).exists() or files.config.is_file() or files.has_checkpoint():
+    if (out / MARKER_NAME).exists():
         raise ConfigError(
             f"cannot use --out {out}: it is a run directory (of `fedshift run`); give the "
             "sweep a folder of its own"
+        )
+    found = [p.name for p in (files.config, files.checkpoint) if p.exists()]
+    if found or files.has_checkpoint():
+        raise ConfigError(
+            f"cannot use --out {out}: it holds {', '.join(found) or 'a checkpoint'}, which "
+            "fedshift did not write there for a sweep; nothing was changed: give the sweep a "
+            "folder of its own"
         )
 
 

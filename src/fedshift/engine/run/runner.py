@@ -252,7 +252,12 @@ class Runner:
                 else ("client states could not be restored: resume from the checkpoint")
             )
             files = RunFiles(self.out)
-            saved = "the last checkpoint is kept" if files.has_checkpoint() else "no checkpoint yet"
+            if not files.has_checkpoint():  # resuming would only start the same run again
+                raise RoundFailed(
+                    f"{exc}; the run stopped in round {round_} before its first checkpoint: "
+                    "see the warnings above, fix their cause, then run the same command "
+                    "again (it starts over from round 1)"
+                ) from None
             back = (
                 f", or roll back one checkpoint (when the last one is poisoned) with: "
                 f"fedshift run --out {self.out} --resume previous"
@@ -260,8 +265,8 @@ class Runner:
                 else ""
             )
             raise RoundFailed(
-                f"{exc}; the run stopped in round {round_} ({saved}; {kept}): see the "
-                f"warnings above, then resume with --resume --out "
+                f"{exc}; the run stopped in round {round_} (the last checkpoint is kept; "
+                f"{kept}): see the warnings above, then resume with --resume --out "
                 f"{self.out}{back}"
             ) from None
         finally:
