@@ -182,18 +182,22 @@ def _import_key(key: str) -> str:
     return KEY_ALIASES.get(key, RENAMED_KEYS.get(key, key))
 
 
-def refuse_file_imports(settings: dict[str, Any], given_later: set[str], where: str) -> None:
+def refuse_file_imports(
+    settings: dict[str, Any], given_later: set[str], where: str, *, rebuild: bool = False
+) -> None:
     """A ConfigError when ``settings`` read from a file (``where``) name an import path for a
     key that imports code and that no later layer (``given_later``) overrides: a file a user
-    was sent must not run code; the command line or the opt-in may."""
+    was sent must not run code; the command line or the opt-in may. ``rebuild``: the file
+    is a saved run rebuilt as it was (``plot tsne``), which only the opt-in can allow."""
     for key, value in settings.items():
         key = _import_key(key)
         if key in IMPORT_KEYS and key not in given_later and isinstance(value, str):
             if is_import_path(value):
+                how = "" if rebuild else f"give --{key} {value} on the command line, or "
                 raise ConfigError(
                     f"{where} sets {key}={value!r}, an import path, and files may not import "
-                    f"code; give --{key} {value} on the command line, or allow it with "
-                    f"--allow-imports or {ALLOW_IMPORTS_ENV}=1"
+                    f"code; {how}allow it with --allow-imports or {ALLOW_IMPORTS_ENV}=1"
+                    + (" if you trust that run folder" if rebuild else "")
                 )
 
 
@@ -297,7 +301,8 @@ def rebuild_config(run_dir: str | Path, *, allow_imports: bool = False) -> RunCo
     (a newer fedshift's) are left out."""
     saved = saved_run_config(run_dir)
     if not imports_allowed(allow_imports):
-        refuse_file_imports(saved, set(), f"the saved config of the run in {run_dir}")
+        where = f"the saved config of the run in {run_dir}"
+        refuse_file_imports(saved, set(), where, rebuild=True)
     names = {f.name for f in dataclasses.fields(RunConfig)}
     saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     return RunConfig(**{k: v for k, v in saved.items() if k in names})
