@@ -21,7 +21,7 @@ from fedshift.cli import build_parser, main
 from fedshift.config import ALLOW_IMPORTS_ENV, resolve
 from fedshift.core.errors import ConfigError
 from fedshift.engine import assembly
-from fedshift.engine.run.runner import Runner
+from fedshift.engine.run.runner import run_experiment
 from fedshift.report import tsne
 
 PLANTED = """
@@ -83,7 +83,7 @@ def planted_run(in_tmp, micro_digits, monkeypatch, request):
     beside it on sys.path; every dataset load answers ``micro_digits``."""
     monkeypatch.delenv(ALLOW_IMPORTS_ENV, raising=False)
     cfg = resolve(None, {"target": "optdigits"}, ["rounds=1", "device=cpu", "tracking=none"])
-    Runner(assembly.prepare(cfg, dataset=micro_digits), in_tmp / "RUN", progress=False).run()
+    run_experiment(cfg, in_tmp / "RUN", progress=False, dataset=micro_digits)
     config = in_tmp / "RUN" / "config.json"
     saved = json.loads(config.read_text())
     saved[request.param] = "planted:X"

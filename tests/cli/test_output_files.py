@@ -22,7 +22,7 @@ from fedshift.cli import build_parser, main
 from fedshift.config import resolve
 from fedshift.core.outputs import FIGURE_MARK
 from fedshift.engine import assembly
-from fedshift.engine.run.runner import Runner
+from fedshift.engine.run.runner import run_experiment
 
 #: a short run's options (as tests/cli/test_cli_errors.py uses)
 TINY = ["--rounds", "1", "--quiet", "--set", "device=cpu", "--set", "threads=1"]
@@ -75,7 +75,7 @@ def scene(in_tmp, micro_digits, monkeypatch):
     named like a figure (holding a config.json of theirs); every dataset load answers
     ``micro_digits`` (fast)."""
     cfg = resolve(None, {"target": "optdigits"}, ["rounds=1", "device=cpu", "tracking=none"])
-    Runner(assembly.prepare(cfg, dataset=micro_digits), in_tmp / "RUN", progress=False).run()
+    run_experiment(cfg, in_tmp / "RUN", progress=False, dataset=micro_digits)
     Image.new("RGB", (4, 4), "red").save(in_tmp / "holiday.png")
     torch.save({"w": torch.ones(2)}, in_tmp / "mine.pt")
     (in_tmp / "album.png").mkdir()
