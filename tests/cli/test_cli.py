@@ -19,6 +19,7 @@ from fedshift.core.errors import (
     RoundFailed,
     StorageError,
 )
+from fedshift.core.runfiles import MARKER_NAME
 from fedshift.data.catalog import CATALOG
 
 
@@ -178,6 +179,7 @@ def test_toml_config_and_set_override(in_tmp, capsys):
 def test_corrupt_checkpoint_is_a_clear_error(in_tmp, capsys):
     run_dir = in_tmp / "broken"
     run_dir.mkdir()
+    (run_dir / MARKER_NAME).write_text("")  # a run's folder (a folder without it is refused)
     (run_dir / "checkpoint.pt").write_bytes(b"not a checkpoint")
     assert main(["run", "--resume", "--out", str(run_dir), "--quiet"]) == 2
     err = capsys.readouterr().err
