@@ -29,7 +29,7 @@ from fedshift.core.runconfig import (
     field_type,
 )
 from fedshift.core.runfiles import RunFiles
-from fedshift.data.catalog import CATALOG, check_dataset
+from fedshift.data.catalog import CATALOG, check_dataset, split_name
 from fedshift.models.registry import SEGMENTATION_MODELS
 from fedshift.plugins import is_import_path
 from fedshift.presets import Preset, load_preset
@@ -255,15 +255,15 @@ def check_preset(preset: Preset) -> RunConfig:
 def check_preset_data(cfg: RunConfig) -> None:
     """A preset on a catalog dataset needs ``data_root`` holding a sound copy: the check of
     ``fedshift datasets check`` runs first, and its one-line error stops the run."""
-    name = cfg.dataset.split(":", 1)[0]
+    name, domains = split_name(cfg.dataset)
     if name not in CATALOG:
         return
     if not cfg.data_root:
         raise ConfigError(
             f"preset {cfg.preset} reads dataset {name!r} from your copy: give --set "
-            f"data_root=PATH (check it with `fedshift datasets check {name} --root PATH`)"
+            f"data_root=PATH (check it with `fedshift datasets check {cfg.dataset} --root PATH`)"
         )
-    check_dataset(name, cfg.data_root)
+    check_dataset(name, cfg.data_root, domains)
 
 
 def _resolve_settings(settings: dict[str, Any]) -> RunConfig:

@@ -124,7 +124,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="every dataset: source, domains, classes, layout, split, resolution, how to run it",
     )
     check = actions.add_parser("check", help="validate a copy; per-domain, per-split counts")
-    check.add_argument("name", help="a catalog name (see `fedshift datasets list`)")
+    check.add_argument(
+        "name",
+        help="a catalog name (see `fedshift datasets list`); NAME:dom1,dom2 checks only "
+        "those domains' files",
+    )
     check.add_argument("--root", required=True, help="where the dataset lies")
     show = actions.add_parser("show", help="write a grid of samples per domain")
     show.add_argument("name", nargs="?", default=digits.NAME)
@@ -139,9 +143,10 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "list":
         print_datasets()
     elif args.action == "check":
-        from fedshift.data.catalog import check_dataset
+        from fedshift.data.catalog import check_dataset, split_name
 
-        counts, warnings = check_dataset(args.name, args.root)
+        name, domains = split_name(args.name)
+        counts, warnings = check_dataset(name, args.root, domains)
         for domain, splits in counts.items():
             print(f"{domain}: " + ", ".join(f"{s} {n}" for s, n in splits.items()))
         for warning in warnings:

@@ -7,7 +7,8 @@ The registry is the one table :data:`CATALOG` below: adding a dataset is one mod
 * ``check_dataset(name, root)`` validates a user's copy against the layout its authors
   distribute and returns the per-domain, per-split image counts plus one-line warnings where
   a count differs from the official one. It reads directory listings, split lists and file
-  headers, so it is cheap on DomainNet-sized trees.
+  headers, so it is cheap on DomainNet-sized trees. ``NAME:dom1,dom2`` (see
+  :func:`split_name`) checks only those domains' files, as a run on them reads them.
 * ``load_catalog(name, root, ...)`` loads a copy (``fedshift run -d NAME --set
   data_root=PATH``) with the split its entry states, or the user's own lists
   (``split_files=DIR``) where the dataset takes them.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+from fedshift.core.errors import did_you_mean
 from fedshift.data import image_cache
 from fedshift.data.catalog import (
     camelyon17,
@@ -66,18 +68,34 @@ __all__ = [
     "LoadOptions",
     "check_dataset",
     "load_catalog",
+    "split_name",
 ]
 
 
 def _entry(name: str) -> CatalogDataset:
     if name not in CATALOG:
-        raise DatasetError(f"unknown dataset {name!r}; the catalog has {', '.join(CATALOG)}")
+        raise DatasetError(
+            f"unknown dataset {name!r}{did_you_mean(name, CATALOG)}; the catalog has "
+            f"{', '.join(CATALOG)}"
+        )
     return CATALOG[name]
 
 
-def check_dataset(name: str, root: str | os.PathLike) -> tuple[Counts, list[str]]:
-    """Validate ``root`` as catalog entry ``name``: (per-domain per-split counts, warnings)."""
-    return _entry(name).check(root)
+def split_name(text: str) -> tuple[str, list[str] | None]:
+    """``NAME:dom1,dom2`` -> (``NAME``, [dom1, dom2]); a name without ``:`` -> (it, None).
+    Blank entries are dropped (``NAME:`` lists none, which checking refuses)."""
+    name, sep, tail = text.partition(":")
+    if not sep:
+        return text, None
+    return name, [d.strip() for d in tail.split(",") if d.strip()]
+
+
+def check_dataset(
+    name: str, root: str | os.PathLike, domains: list[str] | None = None
+) -> tuple[Counts, list[str]]:
+    """Validate ``root`` as catalog entry ``name``: (per-domain per-split counts, warnings)
+    of ``domains`` (None: every domain; only their files are read)."""
+    return _entry(name).check(root, domains)
 
 
 def load_catalog(
@@ -97,8 +115,8 @@ def load_catalog(
     Decoded images live in the image cache under ``cache_dir`` (default ``$FEDSHIFT_CACHE``
     or ``~/.cache/fedshift``), memory-mapped; ``cache=False`` decodes them into memory.
 
-    ``domains``: decode only these (the whole copy is still checked); unknown names are
-    left for :func:`~fedshift.data.registry.restrict_domains` to report."""
+    ``domains``: check and decode only these (their files alone need be there); an unknown
+    name raises naming the valid ones."""
     options = LoadOptions(
         image_size=image_size,
         seed=int(seed),

@@ -4,18 +4,23 @@ domain whose train and val splits are views of one array, and :class:`ImageListD
 datasets read as ``(image file, label)`` entries (official lists or class folders) that also
 take the user's own split lists (``split_files=DIR``: ``<domain>_{train,val,test}.txt``,
 ``<relative path> <label>`` lines, paths relative to the dataset's image root, 0-based labels
-in its class order; without a val list, val is the seeded holdout of the train list)."""
+in its class order; without a val list, val is the seeded holdout of the train list).
+
+Checking and loading take the domains to use (``NAME:dom1,dom2``): only their files are
+looked at, so a user holding one domain of a multi-domain copy can check and run it; with no
+domains named, the whole copy is checked and read."""
 
 from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+from fedshift.core.errors import did_you_mean
 from fedshift.core.split import Split
 from fedshift.data.domains import DatasetError, Domain, DomainDataset
 from fedshift.data.formats.images import verify_images
@@ -40,8 +45,9 @@ LISTED_CLASSES = 12
 class LoadOptions:
     """How to load a catalog dataset: ``image_size`` (None: its own resolution),
     ``split_seed``, the user's ``split_files`` folder ("" for the dataset's own split),
-    ``domains`` to decode (None: all; the whole copy is still checked) and the image cache
-    folder (None: decode into memory)."""
+    ``domains`` to check and decode (None: all; :meth:`CatalogDataset.load` passes them on
+    checked, as :meth:`CatalogDataset.pick_domains` returns them) and the image cache folder
+    (None: decode into memory)."""
 
     image_size: int | None = None
     seed: int = 0
@@ -67,14 +73,19 @@ class CatalogDataset(ABC):
     augment: str = "none"  # the training augmentation `augment=auto` picks
     own_split: str = ""  # non-empty: why split_files does not apply
 
-    def check(self, root: str | os.PathLike) -> tuple[Counts, list[str]]:
+    def check(
+        self, root: str | os.PathLike, domains: Sequence[str] | None = None
+    ) -> tuple[Counts, list[str]]:
         """(domain -> split -> images, one-line warnings where a count differs from the
-        official copy's); a missing or malformed copy raises a one-line DatasetError."""
-        return self.count(self.root(root))
+        official copy's) of ``domains`` (None: every domain); only their files are read. A
+        missing or malformed copy, or an unknown domain, raises a one-line DatasetError."""
+        picked = self.pick_domains(domains)
+        return self.count(self.root(root), picked)
 
     def load(self, root: str | os.PathLike, options: LoadOptions) -> DomainDataset:
         """The copy at ``root`` as a :class:`DomainDataset`, split as :attr:`split` states
-        (or by the user's ``split_files``)."""
+        (or by the user's ``split_files``); only ``options.domains`` (None: all) are read."""
+        options = replace(options, domains=self.pick_domains(options.domains))
         root = self.root(root)
         if options.split_files and self.own_split:
             raise DatasetError(f"split_files does not apply to {self.name}: {self.own_split}")
@@ -85,12 +96,29 @@ class CatalogDataset(ABC):
         return self.read(root, options)
 
     @abstractmethod
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
-        """:meth:`check` on an existing root folder."""
+    def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
+        """:meth:`check` of ``domains`` (as :meth:`pick_domains` returns them) on an
+        existing root folder."""
 
     @abstractmethod
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
-        """:meth:`load` on an existing root folder, with checked options."""
+        """:meth:`load` on an existing root folder, with checked options (``domains`` as
+        :meth:`pick_domains` returns them)."""
+
+    def pick_domains(self, names: Sequence[str] | None) -> tuple[str, ...]:
+        """The domains to check and read: every domain of the card for None, else ``names``
+        in their order; an empty or repeating list, or a name not on the card, raises one
+        line naming the valid domains (and the closest one)."""
+        if names is None:
+            return self.domains
+        names = listed_domains(self.name, names, self.domains)
+        for name in names:
+            if name not in self.domains:
+                raise DatasetError(
+                    f"unknown domain {name!r} of {self.name}"
+                    f"{did_you_mean(name, self.domains)}; its domains: {', '.join(self.domains)}"
+                )
+        return names
 
     def root(self, root: str | os.PathLike) -> Path:
         """``root`` as a path; a missing folder raises naming the expected layout."""
@@ -113,11 +141,12 @@ class CatalogDataset(ABC):
         }
 
     def total_warnings(self, totals: Mapping[str, int]) -> list[str]:
-        """One line per domain whose image count differs from :attr:`official_totals`."""
+        """One line per domain of ``totals`` whose image count differs from
+        :attr:`official_totals`."""
         return [
             f"{self.name}/{domain}: {totals[domain]} images, the official copy has {official}"
             for domain, official in self.official_totals.items()
-            if totals[domain] != official
+            if domain in totals and totals[domain] != official
         ]
 
     def class_line(self) -> str:
@@ -130,6 +159,18 @@ class CatalogDataset(ABC):
     def domain_line(self) -> str:
         """The ``domains:`` line of ``datasets list``: the domains, by name."""
         return ", ".join(self.domains)
+
+
+def listed_domains(dataset: str, names: Sequence[str], valid: Sequence[str]) -> tuple[str, ...]:
+    """``names`` as a tuple; an empty or repeating list raises naming the valid domains."""
+    names = tuple(names)
+    known = ", ".join(valid) or "the writers of the copy"
+    if not names:
+        raise DatasetError(f"no domains listed after '{dataset}:'; its domains: {known}")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise DatasetError(f"domain {repeated[0]!r} is listed twice in {dataset}:{','.join(names)}")
+    return names
 
 
 def domain_seed(seed: int, domain: str) -> int:
@@ -187,17 +228,22 @@ class ImageListDataset(CatalogDataset):
         return folder
 
     @abstractmethod
-    def class_names(self, root: Path) -> list[str]:
-        """The classes in label order."""
+    def class_names(self, root: Path, domains: Sequence[str]) -> list[str]:
+        """The classes in label order (read from ``domains``' files where the card does not
+        fix them)."""
 
     @abstractmethod
-    def official_splits(self, root: Path, classes: list[str], seed: int) -> tuple[Splits, str]:
-        """Domain -> split -> entries as :attr:`split` states, and its description."""
+    def official_splits(
+        self, root: Path, classes: list[str], seed: int, domains: Sequence[str]
+    ) -> tuple[Splits, str]:
+        """Domain -> split -> entries of ``domains`` as :attr:`split` states, and its
+        description."""
 
     def user_splits(
-        self, root: Path, classes: list[str], seed: int, folder: Path
+        self, root: Path, classes: list[str], seed: int, folder: Path, domains: Sequence[str]
     ) -> tuple[Splits, str]:
-        """Domain -> split -> entries from the user's ``<domain>_<split>.txt`` lists."""
+        """Domain -> split -> entries of ``domains`` from the user's ``<domain>_<split>.txt``
+        lists."""
         if not folder.is_dir():
             raise DatasetError(f"split_files folder {folder} does not exist")
         images = self.image_root(root)
@@ -205,7 +251,7 @@ class ImageListDataset(CatalogDataset):
             f"{folder}/<domain>_{{train,val,test}}.txt, '<path under {images}> <0-based label>'"
         )
         out = {}
-        for domain in self.domains:
+        for domain in domains:
             self.domain_dir(root, domain)
             read = {
                 split: read_list(
@@ -227,11 +273,11 @@ class ImageListDataset(CatalogDataset):
             f"{VAL_FRACTION:g} of the train list where none is given, split_seed={seed})"
         )
 
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
+    def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
         """The official split a run would read, checked the way a run reads it (every listed
         file present, every label in range, naming list and line) plus every image's header
         opened (no decoding); a domain's total is its distinct images."""
-        splits, _ = self.official_splits(root, self.class_names(root), 0)
+        splits, _ = self.official_splits(root, self.class_names(root, domains), 0, domains)
         images = {
             domain: {path for entries in parts.values() for path, _ in entries}
             for domain, parts in splits.items()
@@ -241,14 +287,13 @@ class ImageListDataset(CatalogDataset):
         return counts, self.total_warnings({d: len(paths) for d, paths in images.items()})
 
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
-        classes = self.class_names(root)
+        domains = self.domains if options.domains is None else options.domains
+        classes = self.class_names(root, domains)
         if options.split_files:
             folder = Path(options.split_files).expanduser()
-            splits, description = self.user_splits(root, classes, options.seed, folder)
+            splits, description = self.user_splits(root, classes, options.seed, folder, domains)
         else:
-            splits, description = self.official_splits(root, classes, options.seed)
-        if options.domains is not None:
-            splits = {d: parts for d, parts in splits.items() if d in options.domains}
+            splits, description = self.official_splits(root, classes, options.seed, domains)
         return decode_dataset(
             self.name,
             splits,

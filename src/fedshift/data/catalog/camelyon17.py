@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,9 +60,12 @@ def _integer(text: str, where: str, column: str, allowed: range | None = None) -
     return number
 
 
-def _read_metadata(root: Path, layout: str) -> list[_Row]:
-    """Every row of ``metadata.csv``, checked: header, integer columns, label, center and
-    split ranges, and that each named patch exists (one directory listing per folder)."""
+def _read_metadata(root: Path, layout: str, domains: Sequence[str] = HOSPITALS) -> list[_Row]:
+    """The rows of ``metadata.csv`` whose hospital is one of ``domains``; every row checked
+    (header, integer columns, label, center and split ranges) and each kept row's patch
+    found (one directory listing per folder): the patches of other hospitals need not be
+    there."""
+    centers = {HOSPITALS.index(d) for d in domains}
     path = root / METADATA
     if not path.is_file():
         raise DatasetError(f"missing {path} (expected {layout})")
@@ -93,6 +97,8 @@ def _read_metadata(root: Path, layout: str) -> list[_Row]:
             label = _integer(value["tumor"], where, "tumor", range(2))
             center = _integer(value["center"], where, "center", range(len(HOSPITALS)))
             split = _integer(value["split"], where, "split", range(2))
+            if center not in centers:
+                continue
             patch = root / PATCH.format(patient=patient, node=node, x=x, y=y)
             folder = patch.parent
             if folder not in listings:
@@ -100,13 +106,13 @@ def _read_metadata(root: Path, layout: str) -> list[_Row]:
             if patch.name not in listings[folder]:
                 raise DatasetError(f"{where} names a missing file {patch}")
             rows.append(_Row(patch, label, center, split))
-    if not rows:
+    if not rows and len(centers) == len(HOSPITALS):
         raise DatasetError(f"{path} lists no patch (expected {layout})")
     return rows
 
 
-def _by_domain(rows: list[_Row]) -> dict[str, list[_Row]]:
-    out: dict[str, list[_Row]] = {h: [] for h in HOSPITALS}
+def _by_domain(rows: list[_Row], domains: Sequence[str]) -> dict[str, list[_Row]]:
+    out: dict[str, list[_Row]] = {h: [] for h in domains}
     for row in rows:
         out[HOSPITALS[row.center]].append(row)
     return out
@@ -126,13 +132,15 @@ class Camelyon17Dataset(ImageListDataset):
             raise DatasetError(f"missing folder {folder} (expected {self.layout})")
         return folder
 
-    def class_names(self, root: Path) -> list[str]:
+    def class_names(self, root: Path, domains: Sequence[str]) -> list[str]:
         return list(self.classes)
 
-    def official_splits(self, root: Path, classes: list[str], seed: int) -> tuple[Splits, str]:
+    def official_splits(
+        self, root: Path, classes: list[str], seed: int, domains: Sequence[str]
+    ) -> tuple[Splits, str]:
         self.domain_dir(root, HOSPITALS[0])
         out = {}
-        for domain, rows in _by_domain(_read_metadata(root, self.layout)).items():
+        for domain, rows in _by_domain(_read_metadata(root, self.layout, domains), domains).items():
             if not rows:
                 raise DatasetError(f"{METADATA} lists no patch of {domain}")
             entries: list[Entry] = [(r.path, r.label) for r in rows]

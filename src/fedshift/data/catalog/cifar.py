@@ -134,9 +134,10 @@ class CifarDataset(CatalogDataset):
     resolution: int = NATIVE_SIZE
     own_split: str = "it has official files"
 
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
+    def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
         """Records per split from the files' sizes (a size not a whole number of records
-        raises); the total is compared with the official count."""
+        raises); the total is compared with the official count. One domain: ``domains``
+        can only name it."""
         folder = root / self.release.folder
         counts = {}
         for split, names in (("train", self.release.train), ("test", self.release.test)):

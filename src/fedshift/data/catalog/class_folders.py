@@ -7,6 +7,7 @@ images (the domain-generalization protocol). Classes are the sorted class folder
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,12 +34,16 @@ class ClassFolderDataset(ImageListDataset):
             return folder / self.nested
         return folder
 
-    def class_names(self, root: Path) -> list[str]:
-        return class_folders([self.domain_dir(root, d) for d in self.domains])
+    def class_names(self, root: Path, domains: Sequence[str]) -> list[str]:
+        """The sorted class folders of ``domains`` (DomainBed's sets hold every class in
+        every domain, so a subset finds the same classes as the whole copy)."""
+        return class_folders([self.domain_dir(root, d) for d in domains])
 
-    def official_splits(self, root: Path, classes: list[str], seed: int) -> tuple[Splits, str]:
+    def official_splits(
+        self, root: Path, classes: list[str], seed: int, domains: Sequence[str]
+    ) -> tuple[Splits, str]:
         out = {}
-        for domain in self.domains:
+        for domain in domains:
             everything = folder_entries(self.domain_dir(root, domain), classes)
             train, val = domain_holdout(everything, seed, domain)
             out[domain] = {"train": train, "val": val, "test": everything}

@@ -340,15 +340,18 @@ def _digits(labels: np.ndarray, path: Path, zero_as: int) -> np.ndarray:
     return labels
 
 
-def file_counts(root: Path, read: dict[str, Arrays] | None = None) -> dict[str, dict[str, int]]:
-    """Domain -> split -> images in the full train / test files, from the files' headers,
-    label variables and lists (every label checked, every listed MNIST-M image present);
-    a missing or malformed file raises DatasetError. Pixels are not read but USPS's (small:
-    read whole to be checked), which ``read`` keeps for the loader."""
+def file_counts(
+    root: Path, read: dict[str, Arrays] | None = None, domains: Sequence[str] = DOMAINS
+) -> dict[str, dict[str, int]]:
+    """Domain -> split -> images in the full train / test files of ``domains`` (the other
+    domains' files need not be there), from the files' headers, label variables and lists
+    (every label checked, every listed MNIST-M image present); a missing or malformed file
+    raises DatasetError. Pixels are not read but USPS's (small: read whole to be checked),
+    which ``read`` keeps for the loader."""
     root = Path(root)
     read = {} if read is None else read
     counts = {}
-    for domain in DOMAINS:
+    for domain in domains:
         source = _source(root, domain)
         if domain == "mnist" and source == "folder":
             counts[domain] = _mnist_counts(root / "mnist")
@@ -368,9 +371,9 @@ def file_counts(root: Path, read: dict[str, Arrays] | None = None) -> dict[str, 
     return counts
 
 
-def sources(root: Path) -> dict[str, str]:
-    """Domain -> ``folder`` or ``bundle``: where each domain is read from."""
-    return {domain: _source(Path(root), domain) for domain in DOMAINS}
+def sources(root: Path, domains: Sequence[str] = DOMAINS) -> dict[str, str]:
+    """Domain -> ``folder`` or ``bundle``: where each of ``domains`` is read from."""
+    return {domain: _source(Path(root), domain) for domain in domains}
 
 
 def count_warnings(counts: dict[str, dict[str, int]], where: dict[str, str]) -> list[str]:
@@ -452,17 +455,18 @@ def load_digit_five(
     is split by ``holdout(entries, domain)`` into train / val; the test split is the first
     ``test_cap`` images of the test file. Every file is checked first; a count differing from
     the official copy is one ``fedshift: warning:`` line on stderr (as ``datasets check``
-    prints it) and in ``meta["count_warnings"]``. Only ``domains`` (default all) are read.
+    prints it) and in ``meta["count_warnings"]``. Only ``domains`` (default all) are
+    checked and read: the other domains' files need not be there.
     MNIST-M's PNGs go through the catalog image cache in ``cache_folder`` (None: decoded
     into memory); the other domains are held in memory."""
     root = Path(root)
+    wanted = [d for d in DOMAINS if domains is None or d in domains]
     read: dict[str, Arrays] = {}
-    counts = file_counts(root, read)
-    where = sources(root)
+    counts = file_counts(root, read, wanted)
+    where = sources(root, wanted)
     notes = count_warnings(counts, where)
     for line in notes:
         print(f"fedshift: warning: {line}", file=sys.stderr, flush=True)
-    wanted = [d for d in DOMAINS if domains is None or d in domains]
     description = (
         f"KD3A/FACT: a seeded {train_cap:,} of each train file (split_seed={seed}; all where "
         f"smaller), val a stratified {val_fraction:g} of them; test: the first {test_cap:,} "
@@ -539,12 +543,12 @@ class DigitFiveDataset(CatalogDataset):
 
     own_split: str = "it has official files"
 
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
-        """Per-domain train / test counts of the full files, and one line per file whose
-        count differs from the official copy's."""
-        counts = file_counts(root)
-        where = sources(root)
-        if where["mnistm"] == "folder":  # the one domain of image files: open their headers
+    def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
+        """Per-domain train / test counts of the full files of ``domains``, and one line
+        per file whose count differs from the official copy's."""
+        counts = file_counts(root, domains=domains)
+        where = sources(root, domains)
+        if where.get("mnistm") == "folder":  # the one domain of image files: open their headers
             folder = _mnistm_folder(root)
             verify_images(
                 [

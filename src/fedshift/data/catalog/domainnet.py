@@ -5,6 +5,7 @@ list becomes val; its test list is the test split (a held-out target is scored o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,19 +34,22 @@ DOMAINNET10_CLASSES = (
 class DomainNetDataset(ImageListDataset):
     """DomainNet's official lists; with :attr:`classes`, only those classes, relabelled."""
 
-    def class_names(self, root: Path) -> list[str]:
+    def class_names(self, root: Path, domains: Sequence[str]) -> list[str]:
+        """The fixed classes, else the order ``domains``' official lists give."""
         if self.classes:
             return list(self.classes)
-        lists = [root / p.format(d=d) for d in self.domains for p in LISTS]
+        lists = [root / p.format(d=d) for d in domains for p in LISTS]
         for path in lists:
             if not path.is_file():
                 raise DatasetError(f"missing split list {path} (expected {self.layout})")
         return list_classes(lists)
 
-    def official_splits(self, root: Path, classes: list[str], seed: int) -> tuple[Splits, str]:
+    def official_splits(
+        self, root: Path, classes: list[str], seed: int, domains: Sequence[str]
+    ) -> tuple[Splits, str]:
         keep = {c: i for i, c in enumerate(classes)} if self.classes else None
         out = {}
-        for domain in self.domains:
+        for domain in domains:
             self.domain_dir(root, domain)
             train, test = (
                 read_split_list(

@@ -79,11 +79,11 @@ class ElcfsDataset(CatalogDataset):
     resolution: int = RESOLUTION
     own_split: str = "it is split per site"
 
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
-        """Per-site per-split counts after checking every file's ``.npy`` header, and one
-        warning per site whose count differs from the official one. The holdout's sizes
-        depend on the number of files only, not on ``split_seed``."""
-        files = site_files(self, root)
+    def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
+        """Per-site per-split counts of ``domains`` after checking every file's ``.npy``
+        header, and one warning per site whose count differs from the official one. The
+        holdout's sizes depend on the number of files only, not on ``split_seed``."""
+        files = site_files(self, root, domains)
         for paths in files.values():
             for path in paths:
                 _check_shape(self, path, *_header(path))
@@ -96,14 +96,12 @@ class ElcfsDataset(CatalogDataset):
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
         """Per site a :data:`VAL_FRACTION` holdout seeded per site as train / val (train rows
         first, so both are views of the site's array), test the whole site; only
-        ``options.domains`` are decoded (the whole copy's layout is still checked)."""
-        size, seed, domains = self.size(options), options.seed, options.domains
+        ``options.domains`` are read."""
+        size, seed = self.size(options), options.seed
         meta = self.meta(root, options)
-        files = site_files(self, root)
+        files = site_files(self, root, options.domains)
         out, counts, cached = {}, {}, {}
         for site, paths in files.items():
-            if domains is not None and site not in domains:
-                continue
             kept, held = domain_holdout([(p, 0) for p in paths], seed, site)
             order = [p for p, _ in kept] + [p for p, _ in held]
             pixels, masks, cached[site] = _site_arrays(
@@ -164,13 +162,15 @@ PROSTATE = ElcfsDataset(
 SETS = {s.name: s for s in (FUNDUS, PROSTATE)}
 
 
-def site_files(spec: ElcfsDataset, root: Path) -> dict[str, list[Path]]:
+def site_files(
+    spec: ElcfsDataset, root: Path, sites: Sequence[str] | None = None
+) -> dict[str, list[Path]]:
     """Site -> its ``.npy`` files, sorted by name (hidden files such as macOS's ``._*`` left
-    out); a missing site or an empty one raises."""
+    out), for ``sites`` (None: every site); a missing site or an empty one raises."""
     if not root.is_dir():
         raise DatasetError(f"dataset root {root} does not exist (expected {spec.layout})")
     out = {}
-    for site in spec.domains:
+    for site in spec.domains if sites is None else sites:
         folder = root / site
         nested = folder / "data_npy"
         if nested.is_dir() or spec.npy_folder:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.core.errors import did_you_mean
 from fedshift.core.split import Split
 from fedshift.data.catalog.base import (
     CatalogDataset,
@@ -29,6 +30,7 @@ from fedshift.data.catalog.base import (
     LoadOptions,
     domain_holdout,
     holdout_counts,
+    listed_domains,
     pooled_domain,
 )
 from fedshift.data.domains import DatasetError, DomainDataset
@@ -129,10 +131,29 @@ class FemnistDataset(CatalogDataset):
 
     own_split: str = "LEAF's train/test files are its split"
 
-    def count(self, root: Path) -> tuple[Counts, list[str]]:
+    def pick_domains(self, names: Sequence[str] | None) -> tuple[str, ...]:
+        """() for every writer of the copy, else the listed writers (checked against the
+        copy once its files are read: LEAF's files hold many writers each, so every file
+        is read either way)."""
+        return () if names is None else listed_domains(self.name, names, ())
+
+    def writers(self, found: dict[str, dict[str, Samples]], domains: Sequence[str]) -> list[str]:
+        """The writers of ``domains`` (all found for ``()``); one not in the copy raises."""
+        for writer in domains:
+            if writer not in found:
+                raise DatasetError(
+                    f"unknown writer {writer!r} of {self.name}{did_you_mean(writer, found)}; "
+                    f"the copy has {len(found)} writers"
+                )
+        return list(domains) if domains else list(found)
+
+    def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
+        """Per-writer split sizes of ``domains`` (every writer for ``()``); the whole copy
+        is compared with LEAF's writer and sample totals only when every writer is used."""
         writers = read_writers(root)
         counts = {}
-        for writer, parts in writers.items():
+        for writer in self.writers(writers, domains):
+            parts = writers[writer]
             labels = parts["train"][1]
             sizes = np.bincount(labels, minlength=len(CLASSES))
             counts[writer] = {
@@ -141,7 +162,7 @@ class FemnistDataset(CatalogDataset):
             }
         samples = sum(len(p["train"][1]) + len(p["test"][1]) for p in writers.values())
         warnings_ = []
-        if (len(writers), samples) != (OFFICIAL_WRITERS, OFFICIAL_SAMPLES):
+        if not domains and (len(writers), samples) != (OFFICIAL_WRITERS, OFFICIAL_SAMPLES):
             warnings_.append(
                 f"{self.name}: {len(writers)} writers, {samples} samples; LEAF's full set has "
                 f"{OFFICIAL_WRITERS} writers, {OFFICIAL_SAMPLES} samples"
@@ -150,11 +171,10 @@ class FemnistDataset(CatalogDataset):
 
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
         size, seed = self.size(options), options.seed
-        wanted: Sequence[str] | None = options.domains
+        found = read_writers(root)
         out, counts = {}, {}
-        for writer, parts in read_writers(root).items():
-            if wanted is not None and writer not in wanted:
-                continue
+        for writer in self.writers(found, options.domains or ()):
+            parts = found[writer]
             x, y = parts["train"]
             kept, held = domain_holdout(list(enumerate(y.tolist())), seed, writer)
             order = np.asarray([i for i, _ in kept] + [i for i, _ in held], dtype=np.int64)

@@ -10,6 +10,7 @@ the domain, so a held-out target domain is scored on all its images (the DG pape
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,19 +34,22 @@ class PacsDataset(ImageListDataset):
         kfold = root / "kfold"
         return kfold if kfold.is_dir() else root
 
-    def class_names(self, root: Path) -> list[str]:
+    def class_names(self, root: Path, domains: Sequence[str]) -> list[str]:
         return list(self.classes)
 
-    def official_splits(self, root: Path, classes: list[str], seed: int) -> tuple[Splits, str]:
-        return self.split_entries(root), (
+    def official_splits(
+        self, root: Path, classes: list[str], seed: int, domains: Sequence[str]
+    ) -> tuple[Splits, str]:
+        return self.split_entries(root, domains), (
             "official kfold lists (train, crossval as val, test = the whole domain)"
         )
 
-    def split_entries(self, root: Path) -> Splits:
-        """Domain -> split -> entries of the official lists, every named file checked to exist."""
+    def split_entries(self, root: Path, domains: Sequence[str]) -> Splits:
+        """Domain -> split -> entries of ``domains``' official lists, every named file
+        checked to exist."""
         images = self.image_root(root)
         out = {}
-        for domain in self.domains:
+        for domain in domains:
             self.domain_dir(root, domain)
             out[domain] = {
                 split: read_split_list(
