@@ -29,9 +29,15 @@ GROUPS = {
 _SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
 
+#: name prefixes that look like an import path but name a library's registry (``timm:resnet18``
+#: is timm's resnet18 architecture, built by fedshift; no module of the user's is imported)
+LIBRARY_PREFIXES = ("timm:",)
+
+
 def is_import_path(name: str) -> bool:
-    """Whether ``name`` reads ``package.module:attribute`` (not a registry name)."""
-    return bool(_SPEC.match(name))
+    """Whether ``name`` reads ``package.module:attribute`` (not a registry name, and not a
+    library's architecture such as ``timm:resnet18``)."""
+    return bool(_SPEC.match(name)) and not name.startswith(LIBRARY_PREFIXES)
 
 
 def load_import_path(spec: str, kind: str) -> Any:

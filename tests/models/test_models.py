@@ -31,8 +31,10 @@ def _batch(n: int = 2, c: int = 3, size: int = 32, seed: int = 123) -> torch.Ten
 
 
 def test_registry_matches_expected_names():
-    # unet (segmentation, per-pixel outputs) is tested in test_segmentation.py
-    assert set(MODELS) == set(EMBED) | {"unet", "alexnet"}
+    # unet (segmentation, per-pixel outputs) is tested in test_segmentation.py, the
+    # EfficientNet-Lite backbones (timm) in test_timm_backbones.py
+    lite = {"efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2"}
+    assert set(MODELS) == set(EMBED) | {"unet", "alexnet"} | lite
     assert all(isinstance(v, str) and v for v in MODELS.values())
 
 

@@ -89,6 +89,8 @@ class FedModel(nn.Module):
         self.arch = arch
         self.input_normalization = "symmetric"
         self.weights_layout: str | None = None  # set by load_weights: fedshift / torchvision
+        #: the input normalization the loaded weights expect (None: no pretrained weights)
+        self.weights_normalization: str | None = None
 
     def features(self, x: Tensor) -> Tensor:
         """Images ``(N, C, H, W)`` -> flat features ``(N, embed_dim)``."""

