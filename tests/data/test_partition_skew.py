@@ -82,6 +82,29 @@ def test_nway_kshot_train_disjoint_and_eval_shares_are_the_clients_classes():
         assert np.array_equal(spec.val_idx, expected_val)
 
 
+def test_nway_kshot_test_shots_are_disjoint_per_class_blocks_and_leave_train_unchanged():
+    ds = make_dataset(test=12)
+    plain = nway(ds, k=5, ways=2, shots=5, stdev=1)
+    specs = nway(ds, k=5, ways=2, shots=5, stdev=1, test_shots=3)
+    dom = ds.domain("a")
+    for before, after in zip(plain, specs, strict=True):  # drawn after every train share
+        assert np.array_equal(before.train_idx, after.train_idx)
+        assert np.array_equal(before.val_idx, after.val_idx)
+        classes = torch.unique(dom.train.y[after.train_idx])
+        labels, counts = torch.unique(dom.test.y[after.test_idx], return_counts=True)
+        assert labels.tolist() == classes.tolist() and counts.tolist() == [3] * len(classes)
+    all_test = np.concatenate([s.test_idx for s in specs])
+    assert len(all_test) == len(set(all_test.tolist()))  # no test image serves two clients
+
+
+def test_nway_kshot_test_shots_beyond_the_test_split_is_one_error():
+    ds = make_dataset(test=5)  # 5 test images per class, 6 clients x 2+ ways x 3 shots
+    with pytest.raises(DatasetError, match="too few test samples left .* test_shots=3"):
+        nway(ds, k=6, ways=3, shots=2, stdev=0, test_shots=3)
+    with pytest.raises(DatasetError, match="test_shots must be >= 0"):
+        nway(ds, test_shots=-1)
+
+
 def test_nway_kshot_is_deterministic_per_seed():
     ds = make_dataset()
     first = [s.train_idx for s in nway(ds, seed=3, shots=4)]

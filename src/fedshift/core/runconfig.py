@@ -70,6 +70,9 @@ Precision = Literal["fp32", "bf16", "fp16", "auto"]
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
 #: channels_last memory format of convolutional models; auto: on with CUDA
 ChannelsLast = Literal["auto", "on", "off"]
+#: default: each catalog entry's own protocol; full: the whole official files where that
+#: protocol samples them down (Digit-Five's KD3A/FACT cap)
+CatalogSplit = Literal["default", "full"]
 CHANNELS_LAST: tuple[str, ...] = typing.get_args(ChannelsLast)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
 RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
@@ -107,6 +110,9 @@ class RunConfig:
     split_seed: int = 0  # seeds the train/val/test split of a folder dataset
     # a folder of your own <domain>_{train,val,test}.txt lists for a catalog dataset
     split_files: str = ""
+    # default: the catalog entry's own protocol; full: the whole official train and test
+    # files where that protocol samples them down (Digit-Five: KD3A/FACT's 25,000 / 9,000)
+    catalog_split: CatalogSplit = "default"
     # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale),
     # cifar (4-px reflect pad, random crop back, horizontal flip: MOON's CIFAR transform);
     # auto: domainbed for the catalog photo datasets, none otherwise (CIFAR, digits-dg, folders)
@@ -122,6 +128,9 @@ class RunConfig:
     ways: int = 3  # partition=nway-kshot: mean classes per client (FedProto's N)
     shots: int = 100  # partition=nway-kshot: train samples per class (FedProto's K)
     stdev: int = 2  # partition=nway-kshot: spread of ways and shots around their means
+    # partition=nway-kshot: test samples per class per client, disjoint across clients
+    # (FedProto's MNIST: 40); 0: every test sample of the client's classes
+    test_shots: int = 0
     # partition=heterogeneity (FedDG-Benchmark's lambda, `--set lambda=` works too): 1 every
     # client has the same domain mix, 0 each client holds one domain
     heterogeneity_lambda: float = 0.1
@@ -410,6 +419,8 @@ def check_run_values(cfg: RunConfig) -> None:
             f"momentum and weight_decay must be >= 0, got momentum={cfg.momentum}, "
             f"weight_decay={cfg.weight_decay}"
         )
+    if cfg.test_shots < 0:
+        raise ConfigError(f"test_shots must be >= 0, got {cfg.test_shots}")
     if cfg.ways < 1 or cfg.shots < 1 or cfg.stdev < 0:
         raise ConfigError(
             f"ways and shots must be >= 1 and stdev >= 0, got ways={cfg.ways}, "

@@ -105,6 +105,7 @@ def _nway_kshot(
     stdev: int,
     rng: np.random.Generator,
     domain: str,
+    test_shots: int = 0,
 ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """FedProto's N-way K-shot label skew (Tan et al., AAAI 2022, official ``noniid`` sampling).
 
@@ -112,14 +113,16 @@ def _nway_kshot(
     stdev)} and ``k_j`` shots uniformly from {max(1, shots - stdev), ..., shots + stdev}, then
     ``n_j`` distinct classes and ``k_j`` train samples of each. Train samples are disjoint
     across clients (each class's samples are shuffled once and handed out in turn, as the
-    official code hands out disjoint blocks). Validation and test shares are every val / test
-    sample of the client's classes: evaluation data, so clients may share them.
+    official code hands out disjoint blocks). Validation shares are every val sample of the
+    client's classes. Test shares: with ``test_shots`` > 0, ``test_shots`` test samples of
+    each of the client's classes, disjoint across clients (the official ``noniid_lt``: 40
+    per class on MNIST, each client its own block of the sorted test set; here each class's
+    test samples are shuffled once and handed out in turn); with 0, every test sample of the
+    client's classes (clients then share them; digits-dg has only 50 per class).
 
     Deviation notes: the official code draws shots from {shots - stdev + 1, ...,
     shots + stdev - 2} on MNIST and {shots - stdev + 1, ..., shots + stdev} on CIFAR-10 and
-    caps ways at C - 1; here shots are symmetric around ``shots`` and ways may reach C. Its
-    test shares are 40 (MNIST) or ``test_shots`` samples per class per client; here they are
-    all of the domain's test samples of the client's classes (digits-dg has 50 per class).
+    caps ways at C - 1; here shots are symmetric around ``shots`` and ways may reach C.
     """
     classes = np.unique(y_train)
     num_classes = len(classes)
@@ -155,7 +158,36 @@ def _nway_kshot(
                 np.flatnonzero(np.isin(y_test, chosen)),
             )
         )
+    if test_shots > 0:  # drawn after every train share, so those do not depend on it
+        shares = _disjoint_test_shots(shares, y_test, test_shots, rng, domain)
     return shares
+
+
+def _disjoint_test_shots(
+    shares: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    y_test: np.ndarray,
+    test_shots: int,
+    rng: np.random.Generator,
+    domain: str,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each client's test share cut to ``test_shots`` samples per class it holds, disjoint
+    across clients: each class's test samples shuffled once and handed out in client order."""
+    pools = {int(c): list(rng.permutation(np.flatnonzero(y_test == c))) for c in np.unique(y_test)}
+    out = []
+    for train, val, test in shares:
+        own = []
+        for c in np.unique(y_test[test]).tolist():
+            pool = pools[c]
+            if len(pool) < test_shots:
+                raise DatasetError(
+                    f"nway-kshot partition of domain {domain!r}: class {c} has too few test "
+                    f"samples left ({len(pool)}) for another client's test_shots={test_shots}; "
+                    "use fewer clients or fewer test_shots (0: every test sample of the class)"
+                )
+            own.append(np.asarray(pool[:test_shots], dtype=np.int64))
+            del pool[:test_shots]
+        out.append((train, val, np.sort(np.concatenate(own)) if own else test[:0]))
+    return out
 
 
 def _heterogeneity_weights(sizes: np.ndarray, shards: int, lam: float) -> np.ndarray:
@@ -298,6 +330,7 @@ def partition_domains(
     shots: int = 100,
     stdev: int = 2,
     heterogeneity_lambda: float = 0.1,
+    test_shots: int = 0,
 ) -> list[ClientSpec]:
     """Make ``clients_per_domain`` clients for each domain in ``domains`` (in that order);
     a mapping gives each domain its own count (FPL's 3/7/6/4 Digits allocation), 1 for a
@@ -308,10 +341,12 @@ def partition_domains(
     until every client has at least ``min_samples``); its val/test shares follow the same class
     proportions. ``scheme="nway-kshot"`` is FedProto's label skew (see :func:`_nway_kshot`):
     about ``ways`` classes of about ``shots`` train samples each per client, both varied by
-    ``stdev``. ``scheme="heterogeneity"`` is FedDG-Benchmark's partition (see
-    :func:`_heterogeneity_weights`): ``clients_per_domain * len(domains)`` clients whose
-    domain mix ``heterogeneity_lambda`` sets (1: the same mix everywhere, 0: one domain per
-    client). Client ids are consecutive from ``first_id``. Deterministic given ``seed``.
+    ``stdev``; ``test_shots`` > 0 gives each client that many test samples per class,
+    disjoint across clients (FedProto's 40 on MNIST). ``scheme="heterogeneity"`` is
+    FedDG-Benchmark's partition (see :func:`_heterogeneity_weights`):
+    ``clients_per_domain * len(domains)`` clients whose domain mix ``heterogeneity_lambda``
+    sets (1: the same mix everywhere, 0: one domain per client). Client ids are consecutive
+    from ``first_id``. Deterministic given ``seed``.
     """
     if isinstance(domains, str):
         domains = [domains]
@@ -336,6 +371,8 @@ def partition_domains(
         raise DatasetError(f"dirichlet alpha must be > 0, got {alpha}")
     if min_samples < 0:
         raise DatasetError(f"min_samples must be >= 0, got {min_samples}")
+    if test_shots < 0:
+        raise DatasetError(f"test_shots must be >= 0, got {test_shots}")
     if scheme == "nway-kshot" and (ways < 1 or shots < 1 or stdev < 0):
         raise DatasetError(
             f"nway-kshot needs ways >= 1, shots >= 1 and stdev >= 0, got ways={ways}, "
@@ -381,6 +418,7 @@ def partition_domains(
                 int(stdev),
                 rng,
                 d,
+                int(test_shots),
             )
         else:
             if k * min_samples > n_train:

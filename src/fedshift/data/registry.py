@@ -104,6 +104,7 @@ def load_dataset(
     seed: int = 0,
     data_root: str | os.PathLike | None = None,
     split_files: str | os.PathLike | None = None,
+    catalog_split: str = "default",
 ) -> DomainDataset:
     """Load a dataset by built-in name, ``folder:PATH``, or an existing directory path.
 
@@ -114,7 +115,8 @@ def load_dataset(
     defaults to 64. A catalog entry (``pacs``, ``office-home``, ``domainnet``, ...) is read from
     ``data_root`` at its own resolution (224 px) with the split its catalog entry states
     (official lists, else a ``seed``-ed holdout), or the user's lists in ``split_files``;
-    its decoded images are cached under ``cache_dir`` and memory-mapped.
+    its decoded images are cached under ``cache_dir`` and memory-mapped; ``catalog_split=full``
+    reads the whole official files where the entry samples them down (Digit-Five).
     """
     if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
@@ -136,6 +138,7 @@ def load_dataset(
             split_files=split_files or "",
             domains=only,
             cache_dir=cache_dir,
+            catalog_split=catalog_split,
         )
         return ds if only is None else restrict_domains(ds, only)
     if only is not None:

@@ -405,6 +405,7 @@ def load_config_dataset(cfg: RunConfig, cache_dir: str | None = None) -> DomainD
             seed=cfg.split_seed,
             data_root=cfg.data_root or None,
             split_files=cfg.split_files or None,
+            catalog_split=cfg.catalog_split,
         )
     except DatasetError as exc:
         raise ConfigError(str(exc)) from None

@@ -130,6 +130,7 @@ def partition_sources(cfg: RunConfig, dataset: DomainDataset, sources: list[str]
             ways=cfg.ways,
             shots=cfg.shots,
             stdev=cfg.stdev,
+            test_shots=cfg.test_shots,
             heterogeneity_lambda=cfg.heterogeneity_lambda,
             seed=cfg.seed,
             **kw,

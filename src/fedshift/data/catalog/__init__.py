@@ -108,6 +108,7 @@ def load_catalog(
     domains: list[str] | None = None,
     cache_dir: str | os.PathLike | None = None,
     cache: bool = True,
+    catalog_split: str = "default",
 ) -> DomainDataset:
     """Catalog entry ``name`` read from ``root``, decoded at its resolution (or
     ``image_size``), split as the entry states or by the lists in ``split_files``.
@@ -116,12 +117,14 @@ def load_catalog(
     or ``~/.cache/fedshift``), memory-mapped; ``cache=False`` decodes them into memory.
 
     ``domains``: check and decode only these (their files alone need be there); an unknown
-    name raises naming the valid ones."""
+    name raises naming the valid ones. ``catalog_split``: ``full`` reads the whole official
+    files where the entry samples them down (Digit-Five)."""
     options = LoadOptions(
         image_size=image_size,
         seed=int(seed),
         split_files=str(split_files),
         domains=domains,
         cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
+        catalog_split=catalog_split,
     )
     return _entry(name).load(root, options)

@@ -46,14 +46,17 @@ class LoadOptions:
     """How to load a catalog dataset: ``image_size`` (None: its own resolution),
     ``split_seed``, the user's ``split_files`` folder ("" for the dataset's own split),
     ``domains`` to check and decode (None: all; :meth:`CatalogDataset.load` passes them on
-    checked, as :meth:`CatalogDataset.pick_domains` returns them) and the image cache folder
-    (None: decode into memory)."""
+    checked, as :meth:`CatalogDataset.pick_domains` returns them), the image cache folder
+    (None: decode into memory) and ``catalog_split``."""
 
     image_size: int | None = None
     seed: int = 0
     split_files: str = ""
     domains: Sequence[str] | None = None
     cache_folder: Path | None = None
+    #: ``full``: the whole official train and test files where the entry's default protocol
+    #: samples them down (Digit-Five's KD3A/FACT 25,000 / 9,000); ``default``: as the entry says
+    catalog_split: str = "default"
 
 
 @dataclass(frozen=True, kw_only=True)

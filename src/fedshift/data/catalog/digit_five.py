@@ -471,6 +471,9 @@ def load_digit_five(
         f"KD3A/FACT: a seeded {train_cap:,} of each train file (split_seed={seed}; all where "
         f"smaller), val a stratified {val_fraction:g} of them; test: the first {test_cap:,} "
         "of the test file"
+        if train_cap < sys.maxsize
+        else f"the whole official files (catalog_split=full): val a stratified "
+        f"{val_fraction:g} of the train file (split_seed={seed}), test the whole test file"
     )
     out, image_cache, sample = {}, {}, {}
     for domain in wanted:
@@ -561,6 +564,7 @@ class DigitFiveDataset(CatalogDataset):
 
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
         seed = options.seed
+        full = options.catalog_split == "full"
         return load_digit_five(
             root,
             image_size=self.size(options),
@@ -570,6 +574,8 @@ class DigitFiveDataset(CatalogDataset):
             meta=self.meta(root, options),
             domains=options.domains,
             cache_folder=options.cache_folder,
+            train_cap=sys.maxsize if full else TRAIN_CAP,
+            test_cap=sys.maxsize if full else TEST_CAP,
         )
 
 
