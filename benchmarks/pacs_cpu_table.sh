@@ -20,20 +20,4 @@ echo "### target accuracy (%), last round"
 fedshift report "$out" --rows "$methods" --metric target_accuracy_last
 echo
 echo "### CPU cost per run (10 rounds; from the rounds that recorded cpu_seconds)"
-python3 - "$out" <<'EOF'
-import collections, json, pathlib, sys
-
-per_round = collections.defaultdict(list)
-for metrics in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
-    algorithm = json.loads((metrics.parent / "config.json").read_text())["algorithm"]
-    for line in metrics.read_text().splitlines():
-        row = json.loads(line)
-        if "cpu_seconds" in row:
-            per_round[algorithm].append(row["cpu_seconds"])
-print("| method | CPU s per round (mean, min-max) | CPU min per 10-round run | rounds measured |")
-print("|---|---|---|---|")
-for algorithm, seconds in per_round.items():
-    mean = sum(seconds) / len(seconds)
-    print(f"| {algorithm} | {mean:.1f} ({min(seconds):.1f}-{max(seconds):.1f}) "
-          f"| {mean * 10 / 60:.1f} | {len(seconds)} |")
-EOF
+python3 "$(dirname "$0")/run_cpu_cost.py" "$out" 10
