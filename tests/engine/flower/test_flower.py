@@ -440,6 +440,54 @@ def test_personal_models_are_scored_on_their_nodes(
         assert summary["bytes_up"] <= 3 * 2 * 10 * (256 * 4 + 8)
 
 
+class SlowStartGrid(LocalGrid):
+    """Answers each identity query only ``delay`` seconds after it was pushed, as a
+    SuperNode on a busy machine does while it starts the ClientApp process that answers;
+    counts the identity queries each node was sent."""
+
+    def __init__(self, *args, delay: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.delay = delay
+        self.ready_at: dict[str, float] = {}
+        self.queries: dict[int, int] = {}
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        ids = super().push_messages(messages)
+        for message_id, message in zip(ids, messages, strict=True):
+            if message.metadata.message_type == "query":
+                node = message.metadata.dst_node_id
+                self.queries[node] = self.queries.get(node, 0) + 1
+                self.ready_at[message_id] = time.monotonic() + self.delay
+        return ids
+
+    def pull_messages(self, message_ids):
+        now = time.monotonic()
+        ready = [m for m in message_ids if self.ready_at.get(m, 0.0) <= now]
+        return super().pull_messages(ready)
+
+
+def test_identity_answers_slower_than_the_round_timeout_are_taken(
+    tmp_path, digits_cache, task_identity, monkeypatch
+):
+    """Each node answers its identity query 2.5 s after it was sent, longer than the
+    1-s round timeout: every node is asked once and identified, and the run equals the
+    simulation. Before, each retry asked again and waited 1 s for the new query only, so
+    no node was ever identified and the run failed ("no SuperNode serves clients")."""
+    monkeypatch.setattr(clientapp, "GRACE", 600.0)  # in process: no watchdog on the tasks
+    rc = run_config(
+        tmp_path, "slow", digits_cache, rounds=1, **{"round-timeout": 1.0, "connect-timeout": 20.0}
+    )
+    grid = SlowStartGrid(rc, delay=2.5)
+    summary, out = run_on_grid(grid, rc)
+    assert grid.queries == {100: 1, 101: 1, 102: 1}
+    assert summary["failed_clients"] == 0
+    expected = simulate(rc, tmp_path / "sim")
+    for key in (*ACCURACY_KEYS, "bytes_up", "bytes_down"):
+        assert summary[key] == expected[key], key
+    assert_same_models(out, tmp_path / "sim")
+
+
 def test_silent_and_corrupt_clients_fail_under_policy(tmp_path, digits_cache, task_identity):
     rc = run_config(tmp_path, "dyn", digits_cache, rounds=2, **{"round-timeout": 5.0})
     summary, out = run_on_grid(LocalGrid(rc, silent={101}, corrupt={102}), rc)

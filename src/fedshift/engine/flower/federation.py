@@ -29,7 +29,7 @@ from fedshift.engine.run.evaluation import DOMAIN_SCORE, ClientScores
 
 log = logging.getLogger(__name__)
 
-#: seconds to wait for identity replies (a node that does not answer is asked again later)
+#: seconds after which a node that has not answered its identity query is asked again
 IDENTIFY_TIMEOUT = 60.0
 #: first and longest pause (s) between pulls for replies
 MIN_POLL, MAX_POLL = 0.05, 0.5
@@ -69,12 +69,10 @@ class FlowerFederation(BaseFederation):
         self._node_keys: dict[int, bytes] = {}  # node id -> its registered key (DER)
         self.nodes: dict[int, int] = {}  # client id -> node id
         self._asked: set[int] = set()  # node ids that said who they are (or were refused)
+        # identity queries not answered yet: message id -> (node id, when it was sent)
+        self._identifying: dict[str, tuple[int, float]] = {}
         self._released: dict[int, int] = {}  # client id -> its node that went offline
         self._connected = False
-
-    def send_and_receive(self, messages: list[Message], timeout: float) -> list[Message]:
-        """Push ``messages`` and pull their replies until all came or ``timeout`` passed."""
-        return [reply for batch in self._arrivals(messages, timeout) for _, reply in batch]
 
     def _arrivals(
         self, messages: list[Message], timeout: float
@@ -91,7 +89,14 @@ class FlowerFederation(BaseFederation):
         self.grid.push_messages(messages)
         position = {m.metadata.message_id: i for i, m in enumerate(messages)}
         messages.clear()
-        pending = set(position)
+        yield from self._replies(position, timeout)
+
+    def _replies(
+        self, pending: dict[str, int], timeout: float
+    ) -> Iterator[list[tuple[int, Message]]]:
+        """Pull the replies to the sent messages ``pending`` (message id -> a tag) and yield
+        those of each pull with their tags, until all came or ``timeout`` passed; an
+        answered id leaves ``pending``."""
         deadline = time.monotonic() + timeout
         pause = MIN_POLL
         while pending:
@@ -99,8 +104,7 @@ class FlowerFederation(BaseFederation):
             for reply in self.grid.pull_messages(list(pending)):
                 answered = reply.metadata.reply_to_message_id
                 if answered in pending:
-                    pending.discard(answered)
-                    batch.append((position[answered], reply))
+                    batch.append((pending.pop(answered), reply))
             if batch:
                 yield batch
             left = deadline - time.monotonic()
@@ -119,19 +123,34 @@ class FlowerFederation(BaseFederation):
             self.discover()
 
     def wait_for_clients(self) -> None:
-        """Identify SuperNodes until every client has one or ``connect_timeout`` passed."""
+        """Identify SuperNodes until every client has one or ``connect_timeout`` passed.
+
+        Each node is asked once and its answer awaited up to the connect deadline: on a
+        busy machine a SuperNode needs seconds to start the ClientApp process that answers,
+        and that start must not count against the round timeout.
+        """
         deadline = time.monotonic() + self.connect_timeout
         while True:
-            self.discover()
+            self.discover(wait=min(1.0, max(deadline - time.monotonic(), 0.0)))
             missing = [c for c in self.client_ids if c not in self.nodes]
             if not missing or time.monotonic() >= deadline:
                 break
-            time.sleep(1.0)
+            if not self._identifying:
+                time.sleep(1.0)  # nothing to wait for: let new SuperNodes come online
         if missing:
             log.warning("no SuperNode serves clients %s; they count as failed", missing)
 
-    def discover(self) -> None:
-        """Forget nodes that went offline and ask new nodes which client they serve.
+    def discover(self, wait: float | None = None) -> None:
+        """Forget nodes that went offline, ask new nodes which client they serve and take
+        the answers that came within ``wait`` seconds (default: the round timeout, at most
+        :data:`IDENTIFY_TIMEOUT`).
+
+        A node is asked once; its answer is taken whenever it comes, in this discovery or
+        a later one (it is asked again only after :data:`IDENTIFY_TIMEOUT` seconds without
+        one). Before, each discovery asked again and waited for the new query only, so on a
+        machine where a SuperNode needed longer than the round timeout to start the
+        ClientApp that answers, every answer came too late for its query and no node was
+        ever identified.
 
         A client is claimed once: while the node holding it is online, a second node naming
         the same client is refused (logged here, and told so in its own log), as is a node
@@ -149,8 +168,15 @@ class FlowerFederation(BaseFederation):
         gone = {c: n for c, n in self.nodes.items() if n not in online}
         self.nodes = {c: n for c, n in self.nodes.items() if n in online}
         self._released.update(gone)
-        new = sorted(online - self._asked)
-        if not new:
+        now = time.monotonic()
+        self._identifying = {
+            m: (node, sent) for m, (node, sent) in self._identifying.items() if node in online
+        }
+        waiting = {
+            node for node, sent in self._identifying.values() if now - sent < IDENTIFY_TIMEOUT
+        }
+        new = sorted(online - self._asked - waiting)
+        if not new and not self._identifying:
             return
         messages = [
             Message(
@@ -161,17 +187,26 @@ class FlowerFederation(BaseFederation):
             )
             for node in new
         ]
-        timeout = min(self.round_timeout, IDENTIFY_TIMEOUT)
+        if messages:
+            self.grid.push_messages(messages)
+            self._identifying.update(
+                {m.metadata.message_id: (m.metadata.dst_node_id, now) for m in messages}
+            )
+        if wait is None:
+            wait = min(self.round_timeout, IDENTIFY_TIMEOUT)
+        pending = {m: node for m, (node, _) in self._identifying.items()}
+        replies = [reply for batch in self._replies(pending, wait) for _, reply in batch]
+        self._identifying = {m: v for m, v in self._identifying.items() if m in pending}
         refused: dict[int, str] = {}
-        replies = self.send_and_receive(messages, timeout)
         for reply in sorted(replies, key=lambda r: int(r.metadata.src_node_id)):
             node = int(reply.metadata.src_node_id)
-            if node not in new:
+            if node not in online or node in self._asked:
                 continue
             if reply.has_error():
                 log.warning("node %s did not say which client it serves", node)
                 continue
-            self._asked.add(node)  # nodes that did not answer are asked again
+            self._asked.add(node)  # a node whose answer failed is asked again
+            self._identifying = {m: v for m, v in self._identifying.items() if v[0] != node}
             try:
                 cid = self._claim(node, reply.content)
             except ConfigError as exc:
