@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from helpers import t
 
 from fedshift.core.privacy import (
     PrivacyAccountant,
@@ -65,47 +66,82 @@ def test_withheld_classes_are_absent_and_prototypes_are_clipped():
     assert torch.equal(small[0], protos[1])  # inside the ball: unchanged
 
 
-def release_sums(tables, clip):
-    """The noiseless release on the per-class sums (mean · n_c), as one vector per class."""
-    means = private_prototype_mean(tables, clip, 0.0, torch.Generator())
-    senders = {c: sum(c in t for t in tables) for c in means}
-    return {c: means[c].double() * senders[c] for c in means}
+def release_sums(tables, clip, classes, dim, denominator):
+    """The noiseless release times its denominator: the per-class sums, one vector a class."""
+    means = private_prototype_mean(
+        tables, clip, 0.0, torch.Generator(), num_classes=classes, dim=dim, denominator=denominator
+    )
+    return {c: means[c].double() * denominator for c in means}
 
 
 @pytest.mark.parametrize("classes", [3, 10])
 def test_one_client_moves_a_prototype_release_by_at_most_the_clip_norm(classes):
-    """The sensitivity the accountant assumes, computed directly: adding one adversarial
-    client (every class, every prototype far outside the ball, as it would send when it
-    skips clipping) moves the release — all classes as one vector — by at most C."""
+    """The sensitivity the accountant assumes, computed directly: one adversarial client
+    (every class, every prototype far outside the ball, as it would send when it skips
+    clipping) present or zeroed, with the same sampled count, moves the release's sums —
+    all classes as one vector — by at most C, and the released classes stay the same."""
     gen = torch.Generator().manual_seed(3)
-    clip, dim = 1.5, 16
+    clip, dim, sampled = 1.5, 16, 5
     others = [
         {c: torch.randn(dim, generator=gen) for c in range(classes) if (c + i) % 3}
         for i in range(4)
     ]
     attacker = {c: 1e3 * torch.randn(dim, generator=gen) for c in range(classes)}
-    without, with_ = release_sums(others, clip), release_sums([*others, attacker], clip)
-    moved = sum(
-        float((with_[c] - without.get(c, torch.zeros(dim, dtype=torch.float64))).square().sum())
-        for c in with_
-    )
+    without = release_sums(others, clip, classes, dim, sampled)
+    with_ = release_sums([*others, attacker], clip, classes, dim, sampled)
+    assert sorted(without) == sorted(with_) == list(range(classes))
+    moved = sum(float((with_[c] - without[c]).square().sum()) for c in with_)
     assert math.sqrt(moved) <= clip * (1 + 1e-6)  # the release is float32
     assert math.sqrt(moved) > 0.99 * clip  # the attacker's whole budget, not less
 
 
-def test_prototype_mean_noise_scale_and_server_side_clipping():
+def test_prototype_noise_is_z_c_over_the_sampled_count_for_every_class():
+    """Noise of standard deviation z·C/m on every class — sent by two clients, by one, or
+    by nobody — with m the sampled count, not the number of senders."""
     dim = 100_000
     tables = [{0: torch.zeros(dim), 1: torch.zeros(dim)}, {0: torch.zeros(dim)}]
-    out = private_prototype_mean(tables, 1.0, 2.0, torch.Generator().manual_seed(1))
-    assert abs(float(out[0].std()) / (2.0 / 2) - 1) < 0.02  # class 0: n_c = 2
-    assert abs(float(out[1].std()) / 2.0 - 1) < 0.02  # class 1: n_c = 1
-    exact = private_prototype_mean([{3: torch.tensor([30.0, 40.0])}], 1.0, 0.0, torch.Generator())
-    assert torch.allclose(exact[3], torch.tensor([0.6, 0.8]))
-    both = private_prototype_mean(
-        [{0: torch.tensor([3.0, 0.0]), 1: torch.tensor([0.0, 4.0])}], 1.0, 0.0, torch.Generator()
+    out = private_prototype_mean(
+        tables, 1.0, 2.0, torch.Generator().manual_seed(1), num_classes=3, dim=dim, denominator=4
     )
+    assert sorted(out) == [0, 1, 2]
+    for label in out:
+        assert abs(float(out[label].std()) / (2.0 / 4) - 1) < 0.02
+
+
+def test_prototype_release_divides_clipped_sums_by_the_sampled_count():
+    def noiseless(tables, denominator):
+        return private_prototype_mean(
+            tables, 1.0, 0.0, torch.Generator(), num_classes=4, dim=2, denominator=denominator
+        )
+
+    exact = noiseless([{3: torch.tensor([30.0, 40.0])}], 1)
+    assert torch.allclose(exact[3], torch.tensor([0.6, 0.8]))
+    assert all(torch.equal(exact[c], torch.zeros(2)) for c in range(3))
+    assert torch.allclose(noiseless([{3: torch.tensor([30.0, 40.0])}], 2)[3], t([0.3, 0.4]))
+    both = noiseless([{0: torch.tensor([3.0, 0.0]), 1: torch.tensor([0.0, 4.0])}], 1)
     assert torch.allclose(both[0], torch.tensor([0.6, 0.0]))  # server re-clips the set jointly
     assert torch.allclose(both[1], torch.tensor([0.0, 0.8]))
+    two = noiseless(
+        [{0: torch.tensor([0.3, 0.0])}, {0: torch.tensor([0.0, 0.4]), 2: t([0.1, 0])}], 3
+    )
+    assert torch.allclose(two[0], torch.tensor([0.1, 0.4 / 3]))
+    assert torch.allclose(two[2], torch.tensor([0.1 / 3, 0.0]))
+
+
+def test_prototype_release_refuses_what_it_cannot_account():
+    def release(tables, denominator=2):
+        return private_prototype_mean(
+            tables, 1.0, 1.0, torch.Generator(), num_classes=3, dim=2, denominator=denominator
+        )
+
+    with pytest.raises(ValueError, match="class below 3"):
+        release([{5: torch.ones(2)}])
+    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+        release([{0: torch.ones(3)}])
+    with pytest.raises(ValueError, match="denominator of 1"):
+        release([{0: torch.ones(2)}, {1: torch.ones(2)}], denominator=1)
+    with pytest.raises(ValueError, match="positive"):
+        release([], denominator=0)
 
 
 def test_accountant_matches_opacus_and_survives_a_checkpoint():

@@ -145,6 +145,11 @@ class BDFedProto(FedProto):
     (bounded ρ ∈ [1/2, 2], λ_D ∈ [lambda_min, lambda_max], L_N ∈ [0, 1]). The seed's
     eq. (3) says α is fixed to 1 while its experiments set α = β = 0.5; we default to 0.5.
     L_P/L_N act on per-sample features (as FedProto's code), not on batch prototypes.
+    With ``dp_clip`` the prototypes are released as in FedProto (every class every round,
+    :func:`fedshift.core.privacy.private_prototype_mean`), so a client's negatives include
+    the noise-only prototypes of classes nobody sent; ``mi/<client id>`` is not logged, and
+    the logged ``lambda_d`` mean is an unnoised function of the clients' losses, outside the
+    reported ε (docs/privacy.md).
     """
 
     name = "bd-fedproto"

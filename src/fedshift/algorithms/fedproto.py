@@ -96,9 +96,14 @@ class FedProto(Algorithm):
     * Optimizer, learning rate, batch size and local epochs are the run's (``lr`` 0.01 as in
       the paper; the official code uses SGD with momentum 0.5 and batch size 4).
     * With ``dp_clip`` (not in the paper): clients withhold classes with fewer than
-      ``dp_min_count`` examples, clip each prototype to norm ``dp_clip`` and send
-      ``dp_min_count`` as every count; the server takes the plain per-class mean plus Gaussian
-      noise (:mod:`fedshift.core.privacy`), so ``weighted`` has no effect.
+      ``dp_min_count`` examples, clip their whole set of prototypes jointly to norm
+      ``dp_clip`` (all classes as one vector) and send ``dp_min_count`` as every count; the
+      server re-clips each set jointly and releases every class every round as the sum of the
+      sent prototypes plus Gaussian noise, divided by the number of clients sampled
+      (:func:`fedshift.core.privacy.private_prototype_mean`; a class nobody sent is noise
+      alone), so ``weighted`` has no effect, a class held by few clients is shrunk towards 0,
+      and no class keeps its previous prototype. The per-client ``mi/<client id>`` metrics are
+      not logged.
     """
 
     name = "fedproto"
@@ -116,11 +121,13 @@ class FedProto(Algorithm):
 
     def round(self, state: ServerState, fed: Federation):
         """1. The sampled clients train their own models and reply with their prototypes and
-        class counts; 2. the server averages them per class into the global table (classes
-        nobody sent keep their prototype) and notes which classes each client holds; 3. every
+        class counts; 2. the server averages them per class into the global table (without
+        DP, classes nobody sent keep their prototype; with DP, every class is released anew)
+        and notes which classes each client holds; 3. every
         client receives its downlink and scores its model on its own test share."""
         # 1. local training
-        replies = fed.call("train", fed.sample(), Record())
+        sampled = fed.sample()
+        replies = fed.call("train", sampled, Record())
         # 2. global prototypes (eq. 1)
         tables = [prototypes_from_arrays(r.arrays) for r in replies.values()]
         privacy = self.run.privacy
@@ -137,6 +144,9 @@ class FedProto(Algorithm):
                 privacy.clip,
                 privacy.noise_multiplier,
                 torch_generator(self.run.seed, "dp-noise", fed.round),
+                num_classes=self.run.num_classes,
+                dim=self.embedding_dim,
+                denominator=len(sampled),
             )
         merged = {int(c): p for c, p in state.extra["prototypes"].items()}
         merged.update(fresh)
@@ -154,7 +164,19 @@ class FedProto(Algorithm):
         protos = {int(c): p for c, p in state.extra["prototypes"].items()}
         return Record(arrays=prototype_arrays(protos))
 
+    @property
+    def embedding_dim(self) -> int:
+        """The run's embedding size (every client model shares it), from a model built once
+        off the run's random streams."""
+        if not hasattr(self, "_embedding_dim"):
+            with torch.random.fork_rng(devices=[]):
+                self._embedding_dim = int(self.run.build_model().embed_dim)
+        return self._embedding_dim
+
     def round_metrics(self, replies: dict[int, Record], received: dict[int, Record]):
+        """Round means of the clients' losses, accuracies and MI; per-client MI
+        (``mi/<client id>``) only without differential privacy, as it is an unnoised
+        function of one client's data."""
         metrics = {
             "train_loss": weighted_metric(replies, "loss"),
             "ce_loss": weighted_metric(replies, "ce-loss"),
@@ -163,7 +185,8 @@ class FedProto(Algorithm):
             "head_accuracy": _plain_mean(received, "head-accuracy"),
             "mi_mean": _plain_mean(replies, "mi"),
         }
-        metrics.update({f"mi/{cid}": float(r.metrics["mi"]) for cid, r in replies.items()})
+        if self.run.privacy is None:
+            metrics.update({f"mi/{cid}": float(r.metrics["mi"]) for cid, r in replies.items()})
         return metrics
 
     # -- evaluation ------------------------------------------------------------------------
@@ -205,11 +228,12 @@ class FedProto(Algorithm):
         return {}
 
     def reply_schema(self, task: str, sent: Record) -> ReplySchema:
-        """``train``: a prototype and an int64 count per class the client holds."""
+        """``train``: a prototype of the run's embedding size and an int64 count per class
+        the client holds."""
         if task == "train":
             classes = class_names(self.run.num_classes)
             counts = family("count", (), torch.int64, names=classes, same_names_as="prototype")
-            protos = family("prototype", (None,), torch.float32, names=classes)
+            protos = family("prototype", (self.embedding_dim,), torch.float32, names=classes)
             return {**protos, **counts}
         return super().reply_schema(task, sent)
 
@@ -240,7 +264,7 @@ class FedProto(Algorithm):
         ctx.state["classes"] = torch.tensor(sorted(protos), dtype=torch.long)
         privacy = self.run.privacy
         if privacy is not None:
-            # DP: rare classes stay home, each prototype clipped; a sent count says only
+            # DP: rare classes stay home, the set clipped jointly; a sent count says only
             # "at least dp_min_count", which sending the prototype already says
             protos, counts = withhold_and_clip_prototypes(
                 protos, counts, privacy.clip, privacy.min_count

@@ -12,10 +12,16 @@ no information about the data beyond the round count and keep the global value.
 examples of (a prototype of very few images is close to those images) and clips its whole
 set of prototypes JOINTLY to norm ``C`` (all classes as one vector: a client sending ``k``
 prototypes each clipped to ``C`` alone would move the release by up to ``√k · C``, and the
-accountant's ε would be too small); the server clips each client's set jointly again,
-averages each class uniformly over the ``n_c`` clients that sent it and adds noise of
-standard deviation ``z · C / n_c``. On the per-class sums that is noise ``z · C`` against a
-sensitivity of ``C``, so the accountant's multiplier ``z`` is the release's true one.
+accountant's ε would be too small); the server clips each client's set jointly again and
+releases EVERY class ``0 .. K−1`` every round as ``(Σ_i p_i(c) + N(0, (z·C)²)) / m``, with
+``m`` the number of clients the round sampled — DP-FedAvg's fixed-denominator estimator. A
+class nobody sent is released as noise alone. Neither the set of released classes, nor the
+denominator, nor the noise depends on what the clients hold, so one client (its
+contribution present or zeroed) moves the release, all classes as one vector, by at most
+``C / m`` against noise ``z · C / m``: the accountant's multiplier ``z`` is the release's
+true one. (A denominator ``n_c`` = the clients that sent class ``c``, and a release of the
+sent classes only, leaked both: a lone holder of a class made it appear, a duplicate
+prototype halved the noise's standard deviation.)
 
 The privacy loss of the run is tracked with Opacus's RDP accountant: one step per round with
 sampling rate ``sampled clients / all clients`` and noise multiplier ``z``, ε reported at the
@@ -148,21 +154,34 @@ def private_prototype_mean(
     clip: float,
     noise_multiplier: float,
     generator: torch.Generator,
+    *,
+    num_classes: int,
+    dim: int,
+    denominator: int,
 ) -> dict[int, torch.Tensor]:
-    """The server side: per class, the uniform mean of the (clipped) prototypes of the
-    ``n_c`` clients that sent one, plus ``N(0, (z·C/n_c)²)``. Each client's set is clipped
+    """The server side: for every class ``c`` in ``0 .. num_classes − 1``,
+    ``(Σ_i p_i(c) + N(0, (z·C)²)) / denominator`` over the (jointly re-clipped) sets of the
+    clients that sent ``c`` — noise alone for a class nobody sent. ``denominator`` is the
+    number of clients the round sampled, fixed before any client replies: a failed client
+    or one without the class counts as a zero contribution. Each client's set is clipped
     jointly again, so a client that skipped clipping gains nothing."""
-    sums: dict[int, torch.Tensor] = {}
-    senders: dict[int, int] = {}
+    if denominator < 1:
+        raise ValueError(f"denominator must be a positive client count, got {denominator}")
+    if len(tables) > denominator:
+        raise ValueError(f"{len(tables)} prototype sets for a denominator of {denominator}")
+    sums = {c: torch.zeros(dim, dtype=torch.float64) for c in range(num_classes)}
     for table in tables:
         for label, value in clip_prototype_set(table, clip).items():
-            sums[label] = sums.get(label, 0) + value
-            senders[label] = senders.get(label, 0) + 1
+            if label not in sums or value.shape != (dim,):
+                raise ValueError(
+                    f"prototype of class {label} with shape {tuple(value.shape)}; expected a "
+                    f"class below {num_classes} and shape ({dim},)"
+                )
+            sums[label] += value
     out = {}
-    for label in sorted(sums):
-        n = senders[label]
-        noise = torch.randn(sums[label].shape, generator=generator, dtype=torch.float64)
-        out[label] = (sums[label] / n + noise * (noise_multiplier * clip / n)).to(torch.float32)
+    for label, total in sums.items():
+        noise = torch.randn(dim, generator=generator, dtype=torch.float64)
+        out[label] = ((total + noise * (noise_multiplier * clip)) / denominator).to(torch.float32)
     return out
 
 
