@@ -187,6 +187,19 @@ class FedADG(Algorithm):
     reference distribution is not pulled towards the extracted features; the official
     least-squares form (``variant=official``) is the consistent GAN game. The paper form
     stays the default because it is the method as described; see the README for both.
+
+    Checked against the official PACS step (``tests/algorithms/test_fedadg.py``): with
+    ``variant=official, label_value=0.7`` one local step — the D step on fixed h and h'
+    with F in eval mode, the F/C step against the updated D in train mode, the G step, the
+    same z in the first and last — gives F, C (BatchNorm buffers included), G and D equal
+    to a by-hand computation of the official ``train_step`` from the same weights, batch
+    and noise, once the official trainable projection is replaced by the fixed R and its
+    label smoothing by plain CE (the deviations above). Further differences found there:
+    the official D initialises its layers with Kaiming-uniform weights (PyTorch's default
+    init here; G's Xavier gain 0.5 is the same); each official D keeps its SGD momentum
+    across rounds (here a new optimizer every round, for D as for every network); and the
+    official "best epoch" weights are ``state_dict()`` references to the live parameters,
+    so what a client returns is in fact its last local iterate, as here.
     """
 
     name = "fedadg"
