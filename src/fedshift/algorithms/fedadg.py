@@ -171,10 +171,11 @@ class FedADG(Algorithm):
     no option freezes G or projects [h, y] together.
 
     Both official forms also warm up F and the classifier with CE-only epochs each round
-    (5 for VLCS; ``--i-epochs 3`` in the PACS recipe), use label smoothing, keep the epoch
-    with the best local validation accuracy and train D and G at a second learning rate
-    (``--lr1``; F and C ``--lr0``); here every network uses the run's optimizer and
-    learning rate and the last local iterate is sent.
+    (5 for VLCS; ``--i-epochs 3`` in the PACS recipe), use label smoothing, mean to keep
+    the epoch with the best local validation accuracy (but see below: they send the last
+    one) and train D and G at a second learning rate (``--lr1``; F and C ``--lr0``); here
+    every network uses the run's optimizer and learning rate and the last local iterate is
+    sent.
 
     More differences from the official code (``Haoxiang-Wang/FedADG``, a copy of the authors'
     release; read, not run): it keeps one discriminator per client that never leaves it
