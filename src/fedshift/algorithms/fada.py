@@ -138,7 +138,14 @@ def attention_weights(gains: Sequence[float], temperature: float = 1.0) -> list[
 
 
 class FADA(Algorithm):
-    """Federated Adversarial Domain Adaptation, reimplemented (no official code exists).
+    """Federated Adversarial Domain Adaptation, reimplemented from the paper.
+
+    The authors' code is an archive on Google Drive linked from the paper's OpenReview page
+    (forum HJezF3VYPB), not a public repository: it could not be fetched for a comparison,
+    so unlike FACT and FedADG nothing here is checked against official code, only against
+    the paper's text; ``tests/algorithms/test_fada.py`` pins the server step (attention over
+    the sources' gap-statistic gains, the α-weighted mean, the target's aligned G) on
+    hand-made replies.
 
     Model: G = the model's ``backbone``, a disentangler D with a domain-invariant branch
     f_di = D_di(G(x)) and a domain-specific branch f_ds = D_ds(G(x)) (one Linear+ReLU each,
