@@ -123,8 +123,8 @@ class FedProto(Algorithm):
         """1. The sampled clients train their own models and reply with their prototypes and
         class counts; 2. the server averages them per class into the global table (without
         DP, classes nobody sent keep their prototype; with DP, every class is released anew)
-        and notes which classes each client holds; 3. every
-        client receives its downlink and scores its model on its own test share."""
+        and notes which classes each client holds; 3. every client receives its downlink and
+        scores its model on its own test share."""
         # 1. local training
         sampled = fed.sample()
         replies = fed.call("train", sampled, Record())
