@@ -1,9 +1,9 @@
 """Generate one page per registered algorithm (run by mkdocs-gen-files at build time).
 
-Everything on these pages comes from the registry and the docstrings, so the docs cannot
-drift from the code: paper, what a client shares, problems, protocols, hyperparameters with
-their defaults, paper symbols, meanings and ranges (``describe_hparams``), and the class
-docstring with its deviation notes.
+Everything on these pages comes from :func:`fedshift.algorithms.description.describe_algorithm`,
+the reader ``fedshift show`` and ``fedshift list`` print too, so the docs cannot drift from the
+code: paper, what a client shares, problems, protocols, hyperparameters with their defaults,
+paper symbols, meanings and ranges, and the class docstring with its deviation notes.
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ import dataclasses
 import mkdocs_gen_files
 
 from fedshift.algorithms import REGISTRY
-from fedshift.core.hparams import describe_hparams
-from fedshift.scenarios import PROTOCOLS
+from fedshift.algorithms.description import AlgorithmDescription, describe_algorithm
 
 
 def _cell(value: object) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def hparam_rows(cls) -> list[str]:
+def hparam_rows(about: AlgorithmDescription) -> list[str]:
     """One table row per hyperparameter, read from its ``hp()`` declaration."""
     rows = []
-    for info in describe_hparams(cls.Hparams):
+    for info in about.hparams:
         default = "" if info.default is dataclasses.MISSING else info.default
         meaning = f"{info.meaning} ({info.range_text})" if info.range_text else info.meaning
         search = _cell(info.search_text) if info.search_text else ""
@@ -35,30 +34,36 @@ def hparam_rows(cls) -> list[str]:
     return rows
 
 
-def method_page(name: str, cls) -> str:
+def method_page(about: AlgorithmDescription) -> str:
     shares = (
-        "nothing (pooled data, not federated)"
-        if cls.pooled
-        else ", ".join(f"`{key}` ({kind.value})" for key, kind in cls.shares.items()) or "nothing"
+        about.shares_text()
+        if about.pooled
+        else ", ".join(f"`{key}` ({kind})" for key, kind in about.shares.items()) or "nothing"
     )
-    protocols = ", ".join(f"`{p}`" for p in (cls.protocols or tuple(PROTOCOLS)))
+    protocols = ", ".join(f"`{p}`" for p in about.protocols)
+    model = (
+        about.default_model
+        if about.names_default_model
+        else f"the run default ({about.default_model})"
+    )
     lines = [
-        f"# {name}",
+        f"# {about.name}",
         "",
-        f"**Paper:** {cls.paper}",
+        f"**Paper:** {about.paper}",
         "",
         "| | |",
         "|---|---|",
         f"| shares | {shares} |",
-        f"| problems | {', '.join(cls.problems)} |",
+        f"| problems | {', '.join(about.problems)} |",
         f"| protocols | {protocols} |",
-        f"| default model | `{cls.default_model or 'the run default (cnn)'}` |",
-        f"| personal models | {'yes' if cls.personal else 'no'} |",
+        f"| default model | `{model}` |",
+        f"| personal models | {'yes' if about.personal else 'no'} |",
         "",
-        f"Run it: `fedshift run -a {name}`; list its hyperparameters: `fedshift show {name}`.",
+        f"Run it: `fedshift run -a {about.name}`; list its hyperparameters: "
+        f"`fedshift show {about.name}`.",
         "",
     ]
-    rows = hparam_rows(cls)
+    rows = hparam_rows(about)
     if rows:
         lines += [
             "## Hyperparameters",
@@ -71,7 +76,7 @@ def method_page(name: str, cls) -> str:
     lines += [
         "## Implementation and deviations",
         "",
-        f"::: {cls.__module__}.{cls.__qualname__}",
+        f"::: {about.qualname}",
         "",
     ]
     return "\n".join(lines)
@@ -88,14 +93,15 @@ def index_page() -> str:
         "| method | shares | paper |",
         "|---|---|---|",
     ]
-    for name, cls in REGISTRY.items():
-        shares = "pooled" if cls.pooled else ", ".join(cls.shares) or "nothing"
-        lines.append(f"| [{name}]({name}.md) | {_cell(shares)} | {_cell(cls.paper)} |")
+    for name in REGISTRY:
+        about = describe_algorithm(name)
+        shares = "pooled" if about.pooled else ", ".join(about.shares) or "nothing"
+        lines.append(f"| [{name}]({name}.md) | {_cell(shares)} | {_cell(about.paper)} |")
     return "\n".join(lines) + "\n"
 
 
 with mkdocs_gen_files.open("methods/index.md", "w") as handle:
     handle.write(index_page())
-for algo_name, algo_cls in REGISTRY.items():
+for algo_name in REGISTRY:
     with mkdocs_gen_files.open(f"methods/{algo_name}.md", "w") as handle:
-        handle.write(method_page(algo_name, algo_cls))
+        handle.write(method_page(describe_algorithm(algo_name)))

@@ -11,19 +11,14 @@ from fedshift.cli.errors import Command
 from fedshift.cli.tables import print_table
 
 
-def shared_text(cls) -> str:
-    """What an algorithm sends to the server, e.g. ``model:model``, or why nothing."""
-    if cls.pooled:
-        return "nothing (pooled data, not federated)"
-    return ", ".join(f"{k}:{v.value}" for k, v in cls.shares.items()) or "nothing"
-
-
 def algorithm_rows() -> list[tuple[str, ...]]:
-    from fedshift.algorithms import all_algorithms, origin_of
+    from fedshift.algorithms import all_algorithms
+    from fedshift.algorithms.description import describe_algorithm
 
     rows = [("name", "shares", "paper", "from")]
-    for name, cls in all_algorithms().items():
-        rows.append((name, shared_text(cls), cls.paper, origin_of(name)))
+    for name in all_algorithms():
+        about = describe_algorithm(name)
+        rows.append((name, about.shares_text(":"), about.paper, about.origin))
     return rows
 
 

@@ -1,17 +1,14 @@
 """``fedshift show ALGO``: an algorithm's paper, what it shares, its protocols and its
-hyperparameters with their paper symbol, meaning and range (read from each field's ``hp()``
-declaration by :func:`fedshift.core.hparams.describe_hparams`)."""
+hyperparameters with their paper symbol, meaning and range (read by
+:func:`fedshift.algorithms.description.describe_algorithm`, as ``list`` and the method pages)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 
 from fedshift.cli.errors import Command
 from fedshift.cli.tables import print_table
-from fedshift.core.runconfig import RunConfig
-from fedshift.scenarios import PROTOCOLS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,28 +16,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedshift.algorithms import get_algorithm, origin_of
-    from fedshift.core.hparams import describe_hparams
+    from fedshift.algorithms.description import describe_algorithm
 
-    cls = get_algorithm(args.algorithm)
-    doc = inspect.getdoc(cls) or ""
-    print(f"{args.algorithm}: {cls.paper or '(no paper given)'} [{origin_of(args.algorithm)}]")
-    if doc:
-        print("\n" + doc.split("\n\n")[0] + "\n")
-    shares = ", ".join(f"{k} ({v.value})" for k, v in cls.shares.items()) or "nothing"
-    if cls.pooled:
-        shares = "nothing (pooled data, not federated)"
-    print(f"shares:     {shares}")
-    print(f"protocols:  {', '.join(cls.protocols or PROTOCOLS)}")
-    print(f"problems:   {', '.join(cls.supported_problems())}")
-    print(f"model:      {cls.default_model or RunConfig().model} (default)")
-    infos = describe_hparams(cls.Hparams)
-    if not infos:
+    about = describe_algorithm(args.algorithm)
+    print(f"{about.name}: {about.paper or '(no paper given)'} [{about.origin}]")
+    if about.summary:
+        print("\n" + about.summary + "\n")
+    print(f"shares:     {about.shares_text()}")
+    print(f"protocols:  {', '.join(about.protocols)}")
+    print(f"problems:   {', '.join(about.problems)}")
+    print(f"model:      {about.default_model} (default)")
+    if not about.hparams:
         print("hyperparameters: none")
         return 0
     print("hyperparameters (--set algo.NAME=VALUE):")
     rows = [("name", "type", "default", "meaning", "sweep --random")]
-    for info in infos:
+    for info in about.hparams:
         default = "(required)" if info.default is dataclasses.MISSING else repr(info.default)
         search = info.search_text or "-"
         rows.append((f"algo.{info.name}", info.type_text, default, info.summary(), search))
