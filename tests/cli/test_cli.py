@@ -118,10 +118,19 @@ def test_every_user_error_is_a_fedshift_error_of_its_old_kind():
 
 
 def test_pretrain_refuses_a_non_positive_learning_rate(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["pretrain", "--domain", "syn", "--out", "w.pt", "--lr", "-1"])
-    assert info.value.code == 2
-    assert capsys.readouterr().err == "fedshift: error: argument --lr: must be > 0, got -1\n"
+    assert main(["pretrain", "--domain", "syn", "--out", "w.pt", "--lr", "-1"]) == 2
+    assert capsys.readouterr().err == "fedshift: error: lr must be > 0, got -1.0\n"
+
+
+def test_pretrain_takes_data_root_as_its_error_asks(tmp_path, capsys):
+    """``pretrain -d pacs`` asks for ``--set data_root=PATH``, and takes it as a run does."""
+    argv = ["pretrain", "-d", "pacs", "--domain", "photo", "--out", str(tmp_path / "w.pt")]
+    assert main(argv) == 2
+    assert "give --set data_root=PATH" in capsys.readouterr().err
+    assert main([*argv, "--set", f"data_root={tmp_path / 'nope'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedshift: error: dataset root {tmp_path / 'nope'} does not exist")
+    assert not (tmp_path / "w.pt").exists()
 
 
 def test_python_m_fedshift_cli_runs_the_command():

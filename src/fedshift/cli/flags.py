@@ -86,17 +86,38 @@ def run_flags() -> tuple[RunFlag, ...]:
     )
 
 
-def command_flags(*, sweep: bool) -> tuple[RunFlag, ...]:
-    """The run flags of ``fedshift run``, or with ``sweep`` those a sweep shares."""
-    return tuple(flag for flag in run_flags() if flag.in_sweep or not sweep)
+def command_flags(*, sweep: bool = False, keys: tuple[str, ...] = ()) -> tuple[RunFlag, ...]:
+    """The run flags of ``fedshift run``; with ``sweep`` those a sweep shares; with ``keys``
+    those setting one of these run keys (``fedshift pretrain``)."""
+    return tuple(
+        flag
+        for flag in run_flags()
+        if (flag.in_sweep or not sweep) and (not keys or flag.key in keys)
+    )
 
 
-def add_run_flags(parser: argparse.ArgumentParser, *, sweep: bool = False) -> None:
-    """Declare the run flags on ``parser``."""
-    for flag in command_flags(sweep=sweep):
+def add_run_flags(
+    parser: argparse.ArgumentParser, *, sweep: bool = False, keys: tuple[str, ...] = ()
+) -> None:
+    """Declare the run flags on ``parser`` (all, a sweep's, or those of ``keys``)."""
+    for flag in command_flags(sweep=sweep, keys=keys):
         parser.add_argument(*flag.names, dest=flag.key, type=flag.type, help=flag.help)
 
 
-def flag_values(args: argparse.Namespace, *, sweep: bool = False) -> dict[str, object]:
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE`` and ``--set KEY=VALUE``: any run key, as ``fedshift run`` takes them."""
+    parser.add_argument("--config", help="TOML file with run keys and an [algo] table")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config key, e.g. --set lr=0.05 --set algo.mu=0.1",
+    )
+
+
+def flag_values(
+    args: argparse.Namespace, *, sweep: bool = False, keys: tuple[str, ...] = ()
+) -> dict[str, object]:
     """Run key -> the value given on the command line (None where the flag was left out)."""
-    return {flag.key: getattr(args, flag.key) for flag in command_flags(sweep=sweep)}
+    return {flag.key: getattr(args, flag.key) for flag in command_flags(sweep=sweep, keys=keys)}

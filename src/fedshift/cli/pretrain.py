@@ -1,11 +1,15 @@
-"""``fedshift pretrain``: a backbone trained on one public domain (PerAda's frozen backbone)."""
+"""``fedshift pretrain``: a backbone trained on one public domain (PerAda's frozen backbone).
+
+The dataset, model and optimizer settings are run keys, resolved as ``fedshift run`` resolves
+them (``--config``, the dataset/model/seed/device flags, ``--set KEY=VALUE``), so a catalog
+dataset reads ``--set data_root=PATH`` as a run does."""
 
 from __future__ import annotations
 
 import argparse
 
 from fedshift.cli.errors import Command, add_force_flag
-from fedshift.data.digits import NAME as DIGITS_DG
+from fedshift.cli.flags import add_config_arguments, add_run_flags, flag_values
 
 
 def positive(kind: type):
@@ -23,6 +27,10 @@ def positive(kind: type):
     return parse
 
 
+#: the run flags ``fedshift pretrain`` takes (beside ``--config`` and ``--set`` for any run key)
+PRETRAIN_KEYS = ("dataset", "model", "seed", "device")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--domain", required=True, help="the domain to train on (then leave it out)"
@@ -31,32 +39,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", required=True, help="weights file to write, .pt or .pth (+ OUT.json sidecar)"
     )
     add_force_flag(parser)
-    parser.add_argument("-d", "--dataset", default=DIGITS_DG)
-    parser.add_argument("--model", default="cnn")
     parser.add_argument("--epochs", type=positive(int), default=5)
-    parser.add_argument("--lr", type=positive(float), default=0.01)
-    parser.add_argument("--batch-size", type=positive(int), default=64, dest="batch_size")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--lr", help="learning rate (the run key lr)")
+    parser.add_argument("--batch-size", dest="batch_size", help="the run key batch_size")
+    add_run_flags(parser, keys=PRETRAIN_KEYS)
+    add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedshift.data import load_dataset
-    from fedshift.engine.assembly import resolve_device
+    from fedshift.config import resolve
+    from fedshift.engine.assembly import load_config_dataset, resolve_device
     from fedshift.pretrain import check_weights_out, pretrain
 
     check_weights_out(args.out, force=args.force)
-    dataset = load_dataset(args.dataset)
+    flags = flag_values(args, keys=PRETRAIN_KEYS)
+    flags.update(lr=args.lr, batch_size=args.batch_size)
+    cfg = resolve(args.config, flags, args.set)
     meta = pretrain(
-        dataset,
+        load_config_dataset(cfg),
         args.domain,
         args.out,
-        model=args.model,
+        model=cfg.model,
         epochs=args.epochs,
-        lr=args.lr,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        device=resolve_device(args.device),
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        device=resolve_device(cfg.device),
         force=args.force,
     )
     print(

@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from fedshift.cli.errors import Command, run_again
-from fedshift.cli.flags import add_run_flags, flag_values
+from fedshift.cli.flags import add_config_arguments, add_run_flags, flag_values
 from fedshift.cli.tables import print_table
 from fedshift.core.errors import ConfigError, RunInterrupted
 
@@ -31,14 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue the run in --out from its checkpoint; `--resume previous` rolls back "
         "to the checkpoint before the latest (a poisoned model) and continues from there",
     )
-    parser.add_argument("--config", help="TOML file with run keys and an [algo] table")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override any config key, e.g. --set lr=0.05 --set algo.mu=0.1",
-    )
+    add_config_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_allow_imports_flag(parser, "the --config file, the preset or the resumed run's config.json")
     parser.add_argument(
