@@ -12,7 +12,7 @@ from helpers import client_context, run_info
 
 from fedshift.algorithms.ccst import CCST, CCSTHparams
 from fedshift.config import resolve
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import ConfigError, ModelError
 from fedshift.core.federation import fold_all
 from fedshift.core.record import Record
 from fedshift.engine.assembly import prepare
@@ -116,7 +116,7 @@ def test_ccst_bank_draws_distinct_styles_per_image_and_keeps_own_images():
 def test_ccst_rejects_half_a_vgg_model(tmp_path):
     with pytest.raises(ConfigError, match="both"):
         CCST(CCSTHparams(vgg_weights=str(tmp_path / "vgg.pth")), run_info())
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ModelError, match="not found"):
         CCST(
             CCSTHparams(vgg_weights=str(tmp_path / "a.pth"), decoder_weights=str(tmp_path / "b")),
             run_info(),

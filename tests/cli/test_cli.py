@@ -16,6 +16,7 @@ from fedshift.core.errors import (
     ConfigError,
     DatasetError,
     FedshiftError,
+    ModelError,
     RoundFailed,
     StorageError,
 )
@@ -109,6 +110,7 @@ def test_every_user_error_is_a_fedshift_error_of_its_old_kind():
     for kind, builtin in [
         (ConfigError, ValueError),
         (DatasetError, ValueError),
+        (ModelError, ValueError),
         (CheckpointError, RuntimeError),
         (RoundFailed, RuntimeError),
     ]:

@@ -7,7 +7,7 @@ import pytest
 from helpers import run_personalized
 
 from fedshift.config import resolve
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import ConfigError, ModelError
 from fedshift.engine.assembly import prepare
 from fedshift.models.registry import parse_variants, variant_of_client
 
@@ -38,6 +38,6 @@ def test_variant_parsing_and_block_assignment():
         {"width": 0.5, "embed_dim": 64},
         {"dropout": 0.1},
     ]
-    with pytest.raises(ValueError, match="key=value"):
+    with pytest.raises(ModelError, match="key=value"):
         parse_variants("width")
     assert [variant_of_client(i, 20, 3) for i in (0, 6, 7, 13, 14, 19)] == [0, 0, 1, 1, 2, 2]

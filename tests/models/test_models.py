@@ -6,6 +6,7 @@ import pytest
 import torch
 from torchvision import models as tvm
 
+from fedshift.core.errors import ModelError
 from fedshift.models import MODELS, FedModel, build_model, normalize_input
 
 EMBED = {
@@ -165,7 +166,7 @@ def test_alexnet_matches_torchvision_and_refuses_tiny_images(tmp_path):
         "head.bias",
         "head.weight",
     ]
-    with pytest.raises(ValueError, match="at least 63 px"):
+    with pytest.raises(ModelError, match="at least 63 px"):
         build_model("alexnet", 6, image_size=32)
 
 
@@ -198,12 +199,12 @@ def test_imagenet_weights_come_from_torchs_cache_checked_by_hash(tmp_path, monke
     with torch.no_grad():
         torch.testing.assert_close(ours.features(x), tv(x), rtol=0, atol=0)
     path.write_bytes(path.read_bytes()[:-1] + b"x")
-    with pytest.raises(ValueError, match="does not match the hash in its name"):
+    with pytest.raises(ModelError, match="does not match the hash in its name"):
         build_model("resnet18", 5, weights_path="imagenet")
     path.unlink()
-    with pytest.raises(ValueError, match=f"put the file {path.name} at {path}"):
+    with pytest.raises(ModelError, match=f"put the file {path.name} at {path}"):
         build_model("resnet18", 5, weights_path="imagenet")
-    with pytest.raises(ValueError, match="no ImageNet weights for model 'cnn'"):
+    with pytest.raises(ModelError, match="no ImageNet weights for model 'cnn'"):
         build_model("cnn", 5, weights_path="imagenet")
 
 
@@ -221,42 +222,42 @@ def test_torchvision_head_mismatch_skips_head_with_warning(tmp_path):
 
 
 def test_missing_file_is_value_error(tmp_path):
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(ModelError, match="not found"):
         build_model("cnn", 10, weights_path=tmp_path / "nope.pt")
 
 
 def test_garbage_file_is_value_error(tmp_path):
     path = tmp_path / "garbage.pt"
     path.write_bytes(b"this is not a torch file")
-    with pytest.raises(ValueError, match="could not read weights file"):
+    with pytest.raises(ModelError, match="could not read weights file"):
         build_model("cnn", 10, weights_path=path)
     path2 = tmp_path / "tensor.pt"
     torch.save(torch.zeros(3), path2)
-    with pytest.raises(ValueError, match="does not hold a state_dict"):
+    with pytest.raises(ModelError, match="does not hold a state_dict"):
         build_model("cnn", 10, weights_path=path2)
 
 
 def test_incompatible_keys_are_value_error(tmp_path):
     path = tmp_path / "cnn.pt"
     torch.save(build_model("cnn", 10).state_dict(), path)
-    with pytest.raises(ValueError, match="does not fit model 'digit5-cnn'.*missing keys"):
+    with pytest.raises(ModelError, match="does not fit model 'digit5-cnn'.*missing keys"):
         build_model("digit5-cnn", 10, weights_path=path)
-    with pytest.raises(ValueError, match="shape mismatches.*backbone.fc"):
+    with pytest.raises(ModelError, match="shape mismatches.*backbone.fc"):
         build_model("cnn", 10, embed_dim=128, weights_path=path)
     tv_path = tmp_path / "tv.pt"
     torch.save(tvm.resnet18(weights=None).state_dict(), tv_path)
-    with pytest.raises(ValueError, match="torchvision-style.*only fits"):
+    with pytest.raises(ModelError, match="torchvision-style.*only fits"):
         build_model("cnn", 10, weights_path=tv_path)
-    with pytest.raises(ValueError, match="shape mismatches.*backbone.conv1.weight"):
+    with pytest.raises(ModelError, match="shape mismatches.*backbone.conv1.weight"):
         build_model("resnet18", 10, small_input=True, weights_path=tv_path)
 
 
 def test_unknown_name_and_option():
-    with pytest.raises(ValueError, match="unknown model 'vgg'; choose one of: cnn, digit5-cnn"):
+    with pytest.raises(ModelError, match="unknown model 'vgg'; choose one of: cnn, digit5-cnn"):
         build_model("vgg", 10)
-    with pytest.raises(ValueError, match="unknown option.*'depth'.*accepted options: embed_dim"):
+    with pytest.raises(ModelError, match="unknown option.*'depth'.*accepted options: embed_dim"):
         build_model("cnn", 10, depth=3)
-    with pytest.raises(ValueError, match="image_size >= 16"):
+    with pytest.raises(ModelError, match="image_size >= 16"):
         build_model("fedproto-cnn", 10, image_size=12)
 
 
@@ -266,5 +267,5 @@ def test_normalize_input_range():
     assert y.dtype == torch.float32 and y.shape == x.shape
     assert y.min().item() == -1.0 and y.max().item() == 1.0
     torch.testing.assert_close(y, (x.float() / 255 - 0.5) / 0.5)
-    with pytest.raises(ValueError, match="uint8"):
+    with pytest.raises(ModelError, match="uint8"):
         normalize_input(x.float())

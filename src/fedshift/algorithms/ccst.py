@@ -144,10 +144,7 @@ class CCST(FedAvg):
         super().__init__(hp, run)
         self._networks: dict[str, tuple[torch.nn.Module, torch.nn.Module]] = {}
         if hp.vgg_weights:
-            try:
-                self._networks["cpu"] = load_adain_networks(hp.vgg_weights, hp.decoder_weights)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+            self._networks["cpu"] = load_adain_networks(hp.vgg_weights, hp.decoder_weights)
 
     # -- server --------------------------------------------------------------------------
     def round(self, state: ServerState, fed: Federation):

@@ -26,6 +26,11 @@ class DatasetError(FedshiftError, ValueError):
     """A dataset could not be loaded, built or partitioned; the message says what was expected."""
 
 
+class ModelError(FedshiftError, ValueError):
+    """A model that cannot be built as asked (an option, a size, a variant) or a weights file
+    that is missing or does not fit it; the message names what was expected."""
+
+
 class CheckpointError(FedshiftError, RuntimeError):
     """A checkpoint that is missing, corrupt or belongs to another run."""
 

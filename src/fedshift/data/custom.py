@@ -264,10 +264,7 @@ def load_custom_dataset(name: str, seed: int = 0) -> DomainDataset | None:
     """The registered or plug-in dataset ``name``; None when there is none of that name."""
     if name in _REGISTERED:
         return _materialize(name, _REGISTERED[name][0], seed)
-    try:
-        data = load_plugin("dataset", name)
-    except ValueError as exc:
-        raise DatasetError(str(exc)) from None
+    data = load_plugin("dataset", name)
     if data is None:
         return None
     return _materialize(name, data, seed)

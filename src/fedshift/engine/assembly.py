@@ -19,7 +19,7 @@ from fedshift.algorithms import REGISTRY
 from fedshift.config import make_hparams
 from fedshift.core.algorithm import Algorithm, RunInfo
 from fedshift.core.context import ClientContext, MixedPrecision, SplitView, TrainConfig
-from fedshift.core.errors import ConfigError, DatasetError
+from fedshift.core.errors import ConfigError
 from fedshift.core.privacy import PrivacySettings
 from fedshift.core.record import Kind
 from fedshift.core.robust import Aggregator
@@ -232,10 +232,7 @@ def client_model_builders(
     Variants go to the clients in contiguous blocks (:func:`variant_of_client`). Only
     algorithms that send no model weights can mix architectures.
     """
-    try:
-        variants = parse_variants(cfg.hetero_models)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    variants = parse_variants(cfg.hetero_models)
     if not variants:
         return {c.client_id: build for c in scenario.clients}
     if Kind.MODEL in REGISTRY[cfg.algorithm].shares.values():
@@ -396,19 +393,16 @@ def run_aggregator(cfg: RunConfig, scenario: Scenario) -> Aggregator:
 
 
 def load_config_dataset(cfg: RunConfig, cache_dir: str | None = None) -> DomainDataset:
-    """The run's dataset as its config names it (a broken copy is a ConfigError)."""
-    try:
-        return load_dataset(
-            cfg.dataset,
-            cache_dir=cache_dir,
-            image_size=cfg.image_size or None,
-            seed=cfg.split_seed,
-            data_root=cfg.data_root or None,
-            split_files=cfg.split_files or None,
-            catalog_split=cfg.catalog_split,
-        )
-    except DatasetError as exc:
-        raise ConfigError(str(exc)) from None
+    """The run's dataset as its config names it (a broken copy is a DatasetError)."""
+    return load_dataset(
+        cfg.dataset,
+        cache_dir=cache_dir,
+        image_size=cfg.image_size or None,
+        seed=cfg.split_seed,
+        data_root=cfg.data_root or None,
+        split_files=cfg.split_files or None,
+        catalog_split=cfg.catalog_split,
+    )
 
 
 #: torch's own thread count (one per core), read before any run sets it
@@ -477,10 +471,7 @@ def prepare(
     check_compile(cfg, device)
     torch.set_num_threads(cfg.threads if cfg.threads > 0 else default_threads())
     if cfg.model_weights:  # a missing weight file is reported before any image is decoded
-        try:
-            weights_file(cfg.model, cfg.model_weights)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        weights_file(cfg.model, cfg.model_weights)
     if dataset is None:
         if cfg.problem != "segmentation" and cfg.dataset.split(":")[0] in SEGMENTATION_SETS:
             raise ConfigError(segmentation_only(cfg.dataset.split(":")[0]))
@@ -490,10 +481,7 @@ def prepare(
     algo_cls = REGISTRY[cfg.algorithm]
     scenario = build_scenario(cfg, dataset, pooled=algo_cls.pooled)
     if cfg.problem == "segmentation":
-        try:
-            check_masks([s for c in scenario.clients for s in (c.train, c.val, c.test)], "a client")
-        except DatasetError as exc:
-            raise ConfigError(str(exc)) from None
+        check_masks([s for c in scenario.clients for s in (c.train, c.val, c.test)], "a client")
     server_data = server_images(cfg, dataset, scenario)
     build = model_builder(cfg, dataset, device=device)
     client_builds = client_model_builders(cfg, dataset, scenario, build, device)
@@ -512,17 +500,14 @@ def prepare(
     )
     algorithm = algo_cls(make_hparams(cfg), run)
     algorithm.check_scenario(scenario)
-    try:
-        augment_name = resolve_augment(cfg.augment, dataset.meta.get("augment", "none"))
-        if augment_name != "none" and cfg.problem == "segmentation":
-            raise ConfigError(
-                f"augment={augment_name} transforms images only and would misalign the "
-                "segmentation masks; use augment=none"
-            )
-        backend = resolve_augment_backend(cfg.augment_backend, device)
-        augment = build_augment(augment_name, dataset.image_size, dataset.channels, backend)
-    except DatasetError as exc:
-        raise ConfigError(str(exc)) from None
+    augment_name = resolve_augment(cfg.augment, dataset.meta.get("augment", "none"))
+    if augment_name != "none" and cfg.problem == "segmentation":
+        raise ConfigError(
+            f"augment={augment_name} transforms images only and would misalign the "
+            "segmentation masks; use augment=none"
+        )
+    backend = resolve_augment_backend(cfg.augment_backend, device)
+    augment = build_augment(augment_name, dataset.image_size, dataset.channels, backend)
     contexts = client_contexts(
         scenario,
         dataset.num_classes,

@@ -12,6 +12,7 @@ import os
 
 from torch import Tensor, nn
 
+from fedshift.core.errors import ModelError
 from fedshift.core.torchload import load_failure, load_weights_only
 
 __all__ = [
@@ -111,15 +112,15 @@ def adain_decoder() -> nn.Sequential:
 def _read_state_dict(path: str | os.PathLike, what: str) -> dict[str, Tensor]:
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise ValueError(f"{what} weights file not found: {path!r}")
+        raise ModelError(f"{what} weights file not found: {path!r}")
     try:
         state = load_weights_only(path)
     except Exception as exc:  # torch raises many types for corrupt or pickled files
-        raise ValueError(
+        raise ModelError(
             f"could not read {what} weights {path!r} as a tensor state dict ({load_failure(exc)})"
         ) from exc
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(f"{what} weights {path!r} do not hold a state dict of tensors")
+        raise ModelError(f"{what} weights {path!r} do not hold a state dict of tensors")
     return state
 
 
@@ -146,6 +147,6 @@ def load_adain_networks(
             net.load_state_dict(state)
         except RuntimeError as exc:
             first = str(exc).splitlines()[0]
-            raise ValueError(f"{name} weights do not fit the AdaIN architecture: {first}") from exc
+            raise ModelError(f"{name} weights do not fit the AdaIN architecture: {first}") from exc
         net.eval().requires_grad_(False)
     return encoder, decoder

@@ -13,6 +13,8 @@ from collections import OrderedDict
 
 from torch import nn
 
+from fedshift.core.errors import ModelError
+
 from .base import FedModel
 
 __all__ = ["build_alexnet", "MIN_IMAGE_SIZE"]
@@ -34,14 +36,14 @@ def build_alexnet(
     63 px (224 is the usual size; the adaptive pooling makes any larger size work).
     """
     if int(num_classes) < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise ModelError(f"num_classes must be >= 1, got {num_classes}")
     if int(image_size) < MIN_IMAGE_SIZE:
-        raise ValueError(
+        raise ModelError(
             f"alexnet needs images of at least {MIN_IMAGE_SIZE} px, got {image_size} "
             "(use --set image_size=224, or a smaller model such as cnn)"
         )
     if not 0 <= float(dropout) < 1:
-        raise ValueError(f"option 'dropout' must be in [0, 1), got {dropout!r}")
+        raise ModelError(f"option 'dropout' must be in [0, 1), got {dropout!r}")
     from torchvision import models as tvm
 
     net = tvm.alexnet(weights=None, num_classes=num_classes, dropout=float(dropout))

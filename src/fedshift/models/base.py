@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from fedshift.core.errors import ModelError
 from fedshift.core.runconfig import NORMALIZATIONS
 
 __all__ = [
@@ -39,7 +40,7 @@ class ImageNetInput:
 def set_input_normalization(model: FedModel, name: str) -> FedModel:
     """Make ``model``'s backbone expect ``name`` normalization (``symmetric`` or ``imagenet``)."""
     if name not in NORMALIZATIONS:
-        raise ValueError(
+        raise ModelError(
             f"unknown normalization {name!r}; choose one of: {', '.join(NORMALIZATIONS)}"
         )
     if name == "imagenet":
@@ -47,7 +48,7 @@ def set_input_normalization(model: FedModel, name: str) -> FedModel:
             return model
         model.backbone.register_forward_pre_hook(ImageNetInput())
     elif model.input_normalization == "imagenet":
-        raise ValueError("a model's ImageNet input normalization cannot be removed")
+        raise ModelError("a model's ImageNet input normalization cannot be removed")
     model.input_normalization = name
     return model
 
@@ -115,7 +116,7 @@ def normalize_input(x_uint8: Tensor) -> Tensor:
     if not isinstance(x_uint8, Tensor):
         raise TypeError(f"normalize_input expects a torch.Tensor, got {type(x_uint8).__name__}")
     if x_uint8.dtype != torch.uint8:
-        raise ValueError(
+        raise ModelError(
             f"normalize_input expects a uint8 tensor with values in [0, 255], got {x_uint8.dtype}"
         )
     return (x_uint8.to(torch.float32) / 255.0 - 0.5) / 0.5

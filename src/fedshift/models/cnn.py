@@ -11,6 +11,8 @@ from collections import OrderedDict
 
 from torch import nn
 
+from fedshift.core.errors import ModelError
+
 from .base import FedModel
 
 __all__ = ["build_cnn", "build_digit5_cnn", "build_fact_cnn", "build_fedproto_cnn"]
@@ -18,22 +20,22 @@ __all__ = ["build_cnn", "build_digit5_cnn", "build_fact_cnn", "build_fedproto_cn
 
 def _check_common(num_classes: int, in_channels: int, image_size: int) -> None:
     if int(num_classes) < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise ModelError(f"num_classes must be >= 1, got {num_classes}")
     if int(in_channels) < 1:
-        raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        raise ModelError(f"in_channels must be >= 1, got {in_channels}")
     if int(image_size) < 1:
-        raise ValueError(f"image_size must be >= 1, got {image_size}")
+        raise ModelError(f"image_size must be >= 1, got {image_size}")
 
 
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"option {name!r} must be a positive int, got {value!r}")
+        raise ModelError(f"option {name!r} must be a positive int, got {value!r}")
     return value
 
 
 def _probability(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
-        raise ValueError(f"option {name!r} must be a float in [0, 1), got {value!r}")
+        raise ModelError(f"option {name!r} must be a float in [0, 1), got {value!r}")
     return float(value)
 
 
@@ -80,11 +82,11 @@ def build_cnn(
     _check_common(num_classes, in_channels, image_size)
     embed_dim = _positive_int("embed_dim", embed_dim)
     if isinstance(width, bool) or not isinstance(width, int | float) or width <= 0:
-        raise ValueError(f"option 'width' must be a positive number, got {width!r}")
+        raise ModelError(f"option 'width' must be a positive number, got {width!r}")
     c1, c2, c3 = (max(1, round(c * width)) for c in (32, 64, 128))
     side = image_size // 2 // 2 // 2
     if side < 1:
-        raise ValueError(f"model 'cnn' needs image_size >= 8, got {image_size}")
+        raise ModelError(f"model 'cnn' needs image_size >= 8, got {image_size}")
     backbone = nn.Sequential(
         OrderedDict(
             conv1=nn.Conv2d(in_channels, c1, 5, padding=2),
@@ -256,7 +258,7 @@ def build_fedproto_cnn(
         or len(out_channels) != 2
         or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in out_channels)
     ):
-        raise ValueError(
+        raise ModelError(
             f"option 'out_channels' must be a pair of positive ints, got {out_channels!r}"
         )
     c1, c2 = out_channels
@@ -264,7 +266,7 @@ def build_fedproto_cnn(
     dropout = _probability("dropout", dropout)
     side = ((image_size - 4) // 2 - 4) // 2
     if image_size < 16 or side < 1:
-        raise ValueError(f"model 'fedproto-cnn' needs image_size >= 16, got {image_size}")
+        raise ModelError(f"model 'fedproto-cnn' needs image_size >= 16, got {image_size}")
     backbone = nn.Sequential(
         OrderedDict(
             conv1=nn.Conv2d(in_channels, c1, 5),

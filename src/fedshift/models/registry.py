@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from functools import partial
 
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import ConfigError, ModelError
 from fedshift.plugins import (
     is_import_path,
     load_import_path,
@@ -188,7 +188,7 @@ def _options_of(name: str) -> list[str]:
 def check_builder_signature(
     name: str, builder: Callable, num_classes: int, in_channels: int, image_size: int, options
 ) -> None:
-    """A ValueError of one line when ``builder`` cannot take a model builder's arguments
+    """A ModelError of one line when ``builder`` cannot take a model builder's arguments
     (``num_classes, *, in_channels, image_size, **options``): an import path such as
     ``os:getcwd`` names a callable that is no model builder."""
     try:
@@ -198,7 +198,7 @@ def check_builder_signature(
     try:
         signature.bind(num_classes, in_channels=in_channels, image_size=image_size, **options)
     except TypeError as exc:
-        raise ValueError(
+        raise ModelError(
             f"model {name!r}: {getattr(builder, '__qualname__', builder)!r} is not a model "
             f"builder taking (num_classes, *, in_channels, image_size): {exc}"
         ) from None
@@ -230,20 +230,20 @@ def build_model(
             layout of torchvision's ImageNet weights), else ``symmetric``. The run key
             ``normalize`` defaults to ``auto``; this function to ``symmetric``.
         **options: model-specific options (see each builder's docstring); unknown options
-            raise ``ValueError``.
+            raise ``ModelError``.
 
     Raises:
-        ValueError: unknown name, unknown or invalid option, or weights that do not fit.
+        ModelError: unknown name, unknown or invalid option, or weights that do not fit.
     """
     if find_builder(name) is None:
-        raise ValueError(
+        raise ModelError(
             f"unknown model {name!r}; choose one of: {', '.join(MODELS)} "
             "(or a plug-in as package.module:builder)"
         )
     allowed = _options_of(name)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(
+        raise ModelError(
             f"unknown option(s) {', '.join(map(repr, unknown))} for model {name!r}; "
             f"accepted options: {', '.join(allowed) or '(none)'}"
         )
@@ -251,12 +251,12 @@ def build_model(
     check_builder_signature(name, builder, num_classes, in_channels, image_size, options)
     model = builder(num_classes, in_channels=in_channels, image_size=image_size, **options)
     if not isinstance(model, FedModel):
-        raise ValueError(
+        raise ModelError(
             f"model {name!r} built a {type(model).__name__}, not a fedshift.models.FedModel "
             "(a backbone giving flat features and a head giving logits)"
         )
     if normalize not in ("auto", *NORMALIZATIONS):
-        raise ValueError(
+        raise ModelError(
             f"unknown normalize {normalize!r}; choose one of: auto, {', '.join(NORMALIZATIONS)}"
         )
     if weights_path is not None:
@@ -267,7 +267,7 @@ def build_model(
     if normalize == "auto":
         normalize = model.weights_normalization or "symmetric"
     if normalize == "imagenet" and in_channels != 3:
-        raise ValueError(f"normalize=imagenet needs 3 input channels, got {in_channels}")
+        raise ModelError(f"normalize=imagenet needs 3 input channels, got {in_channels}")
     return set_input_normalization(model, normalize)
 
 
@@ -309,7 +309,7 @@ def parse_variants(spec: str) -> list[dict[str, object]]:
         for item in filter(None, (s.strip() for s in part.split(","))):
             key, sep, value = item.partition("=")
             if not sep or not key.strip():
-                raise ValueError(
+                raise ModelError(
                     f"hetero_models: expected key=value, got {item!r} in {spec!r} "
                     "(e.g. 'out_channels=10/18;out_channels=10/20' or a preset: "
                     f"{', '.join(VARIANT_PRESETS)})"

@@ -14,6 +14,8 @@ from collections import OrderedDict
 
 from torch import nn
 
+from fedshift.core.errors import ModelError
+
 from .base import FedModel
 
 __all__ = ["build_resnet"]
@@ -43,13 +45,13 @@ def build_resnet(
     ``image_size`` does not change the architecture (global average pooling).
     """
     if arch not in _ARCHS:
-        raise ValueError(f"unknown resnet {arch!r}; choose one of: {', '.join(_ARCHS)}")
+        raise ModelError(f"unknown resnet {arch!r}; choose one of: {', '.join(_ARCHS)}")
     if int(num_classes) < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise ModelError(f"num_classes must be >= 1, got {num_classes}")
     if int(in_channels) < 1:
-        raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        raise ModelError(f"in_channels must be >= 1, got {in_channels}")
     if not isinstance(small_input, bool):
-        raise ValueError(f"option 'small_input' must be a bool, got {small_input!r}")
+        raise ModelError(f"option 'small_input' must be a bool, got {small_input!r}")
     from torchvision import models as tvm
 
     ctor_name, embed_dim = _ARCHS[arch]

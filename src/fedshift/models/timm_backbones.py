@@ -31,7 +31,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import ConfigError, ModelError
 
 from .base import FedModel
 
@@ -103,11 +103,11 @@ def _timm():
 
 def _check_common(num_classes: int, in_channels: int, drop_rate: float) -> None:
     if int(num_classes) < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+        raise ModelError(f"num_classes must be >= 1, got {num_classes}")
     if int(in_channels) < 1:
-        raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        raise ModelError(f"in_channels must be >= 1, got {in_channels}")
     if not 0.0 <= float(drop_rate) < 1.0:
-        raise ValueError(f"option 'drop_rate' must be in [0, 1), got {drop_rate!r}")
+        raise ModelError(f"option 'drop_rate' must be in [0, 1), got {drop_rate!r}")
 
 
 def _wrap(backbone: nn.Module, num_classes: int, arch: str) -> FedModel:
@@ -149,7 +149,7 @@ def build_efficientnet_lite(
     were trained at 224 (lite0), 240 (lite1) and 260 px (lite2).
     """
     if arch not in EFFICIENTNET_LITE:
-        raise ValueError(
+        raise ModelError(
             f"unknown EfficientNet-Lite {arch!r}; choose one of: {', '.join(EFFICIENTNET_LITE)}"
         )
     _check_common(num_classes, in_channels, drop_rate)
@@ -187,7 +187,7 @@ def build_timm(
     if name not in known:
         close = difflib.get_close_matches(name, known, n=3)
         hint = f"; did you mean: {', '.join(close)}" if close else ""
-        raise ValueError(f"timm has no architecture {name!r}{hint}")
+        raise ModelError(f"timm has no architecture {name!r}{hint}")
     backbone = timm.create_model(
         name,
         pretrained=False,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from fedshift.core.errors import ModelError
+
 from .base import FedModel
 
 __all__ = ["build_unet"]
@@ -78,11 +80,11 @@ def build_unet(
     """
     for name, value in (("width", width), ("depth", depth), ("out_channels", out_channels)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"option {name!r} must be a positive int, got {value!r}")
+            raise ModelError(f"option {name!r} must be a positive int, got {value!r}")
     if int(in_channels) < 1:
-        raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+        raise ModelError(f"in_channels must be >= 1, got {in_channels}")
     if image_size % (2**depth):
-        raise ValueError(
+        raise ModelError(
             f"model 'unet' with depth {depth} needs image_size divisible by {2**depth}, "
             f"got {image_size}"
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from fedshift.core.errors import ModelError
 from fedshift.core.torchload import load_failure, load_weights_only
 
 from .base import FedModel
@@ -65,11 +66,11 @@ _SHOW = 5  # how many offending keys an error message lists
 def _read(path: str | os.PathLike) -> dict[str, Tensor]:
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise ValueError(f"weights file not found: {path!r}")
+        raise ModelError(f"weights file not found: {path!r}")
     try:
         obj = load_weights_only(path)
     except Exception as exc:  # corrupt file, pickle with disallowed globals, ...
-        raise ValueError(
+        raise ModelError(
             f"could not read weights file {path!r} as a tensor state_dict "
             f"(torch.load(weights_only=True) failed: {load_failure(exc)})"
         ) from exc
@@ -84,7 +85,7 @@ def _read(path: str | os.PathLike) -> dict[str, Tensor]:
         or not obj
         or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items())
     ):
-        raise ValueError(
+        raise ModelError(
             f"weights file {path!r} does not hold a state_dict: expected a non-empty dict "
             f"mapping parameter names to tensors, got {type(obj).__name__}"
         )
@@ -118,7 +119,7 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
     classes) it keeps its fresh initialization and a ``UserWarning`` says so.
 
     Raises:
-        ValueError: missing file, unreadable file, not a state_dict, or backbone keys/shapes
+        ModelError: missing file, unreadable file, not a state_dict, or backbone keys/shapes
             that do not fit the model (the message lists what was expected).
     """
     state = _read(path)
@@ -170,7 +171,7 @@ def load_state(model: FedModel, state: dict[str, Tensor], *, source: str, layout
             else "; a torchvision-style state_dict only fits 'resnet18'/'resnet50'/'alexnet' "
             "built with the same options (small_input, in_channels) as the saved network"
         )
-        raise ValueError(
+        raise ModelError(
             f"{source} ({layout}) does not fit model {name!r}: "
             + "; ".join(parts)
             + f". Expected keys like {_listing(list(expected))}"
@@ -200,11 +201,11 @@ def imagenet_weights_file(arch: str) -> Path:
     """torchvision's ImageNet weight file for ``arch`` from torch's cache, hash-checked.
 
     Raises:
-        ValueError: no ImageNet weights for this model, the file is absent (the message says
+        ModelError: no ImageNet weights for this model, the file is absent (the message says
             which file to put where), or its content does not match the hash in its name.
     """
     if arch not in IMAGENET_FILES:
-        raise ValueError(
+        raise ModelError(
             f"model_weights=imagenet: no ImageNet weights for model {arch!r}; "
             f"available for {', '.join(IMAGENET_FILES)}"
         )
@@ -213,7 +214,7 @@ def imagenet_weights_file(arch: str) -> Path:
     name = IMAGENET_FILES[arch]
     path = Path(torch.hub.get_dir()) / "checkpoints" / name
     if not path.is_file():
-        raise ValueError(
+        raise ModelError(
             f"model_weights=imagenet: torchvision's {arch} ImageNet weights are not on this "
             f"machine; put the file {name} at {path} (fedshift never downloads; $TORCH_HOME "
             "moves the folder), or give model_weights=PATH"
@@ -224,7 +225,7 @@ def imagenet_weights_file(arch: str) -> Path:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     if not digest.hexdigest().startswith(expected):
-        raise ValueError(
+        raise ModelError(
             f"model_weights=imagenet: {path} does not match the hash in its name "
             f"({expected}...): a corrupt or different file; replace it with torchvision's {name}"
         )
@@ -266,7 +267,7 @@ def weights_file(arch: str, model_weights: str | os.PathLike) -> Path:
     reported before a single image is decoded.
 
     Raises:
-        ValueError: as :func:`imagenet_weights_file`, or the path is not a file.
+        ModelError: as :func:`imagenet_weights_file`, or the path is not a file.
     """
     if os.fspath(model_weights) == IMAGENET:
         if arch in EFFICIENTNET_LITE:
@@ -276,5 +277,5 @@ def weights_file(arch: str, model_weights: str | os.PathLike) -> Path:
         return imagenet_weights_file(arch)
     path = Path(os.fspath(model_weights))
     if not path.is_file():
-        raise ValueError(f"weights file not found: {os.fspath(model_weights)!r}")
+        raise ModelError(f"weights file not found: {os.fspath(model_weights)!r}")
     return path

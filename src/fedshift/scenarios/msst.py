@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedshift.core.errors import ConfigError, DatasetError
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.split import Split
 from fedshift.data.domains import DomainDataset
@@ -47,12 +46,9 @@ def build_msst(cfg: RunConfig, dataset: DomainDataset):
 
     sources = check_target(cfg, dataset)
     clients = make_clients(dataset, partition_sources(cfg, dataset, sources))
-    try:
-        target_specs = partition_domains(
-            dataset, [cfg.target], role="target", first_id=len(clients), seed=cfg.seed
-        )
-    except DatasetError as exc:
-        raise ConfigError(str(exc)) from None
+    target_specs = partition_domains(
+        dataset, [cfg.target], role="target", first_id=len(clients), seed=cfg.seed
+    )
     for spec in target_specs:
         domain = dataset.domain(spec.domain)
         clients.append(

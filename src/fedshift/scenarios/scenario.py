@@ -117,26 +117,23 @@ def check_target(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
 
 
 def partition_sources(cfg: RunConfig, dataset: DomainDataset, sources: list[str], **kw):
-    """``partition_domains`` with the run's partition options; errors become ConfigError."""
-    try:
-        return partition_domains(
-            dataset,
-            sources,
-            clients_per_domain=per_domain_value(
-                cfg.clients_per_domain, "clients_per_domain", dataset.domain_names, 1
-            ),
-            scheme=cfg.partition,
-            alpha=cfg.dirichlet_alpha,
-            ways=cfg.ways,
-            shots=cfg.shots,
-            stdev=cfg.stdev,
-            test_shots=cfg.test_shots,
-            heterogeneity_lambda=cfg.heterogeneity_lambda,
-            seed=cfg.seed,
-            **kw,
-        )
-    except DatasetError as exc:
-        raise ConfigError(str(exc)) from None
+    """``partition_domains`` with the run's partition options."""
+    return partition_domains(
+        dataset,
+        sources,
+        clients_per_domain=per_domain_value(
+            cfg.clients_per_domain, "clients_per_domain", dataset.domain_names, 1
+        ),
+        scheme=cfg.partition,
+        alpha=cfg.dirichlet_alpha,
+        ways=cfg.ways,
+        shots=cfg.shots,
+        stdev=cfg.stdev,
+        test_shots=cfg.test_shots,
+        heterogeneity_lambda=cfg.heterogeneity_lambda,
+        seed=cfg.seed,
+        **kw,
+    )
 
 
 def server_images(cfg: RunConfig, dataset: DomainDataset, task: Scenario):
