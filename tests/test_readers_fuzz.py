@@ -12,6 +12,7 @@ a ClientApp's stored state tree.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import tempfile
 import warnings
@@ -31,13 +32,18 @@ from fedshift.data import digits, image_cache
 from fedshift.data.formats.jsonfile import read_json
 from fedshift.data.formats.mat import mat_load, mat_variables
 from fedshift.data.lists import read_split_list
-from fedshift.engine.flower import node_cache
-from fedshift.engine.flower.resident import WorkerUnavailable, read_secret
-from fedshift.engine.flower.serverapp import run_token
-from fedshift.engine.flower.settings import DeployOptions
-from fedshift.engine.flower.wire import ProtocolError, npy_layout
 from fedshift.presets import load_preset
 from fedshift.pretrain import read_sidecar
+
+#: the reason a Flower reader's test is skipped where the ``flower`` extra is not installed
+FLWR_MISSING = "flwr is not installed; pip install -e '.[flower]'"
+
+
+def flower_module(name: str):
+    """``fedshift.engine.flower.NAME`` (which imports flwr), or the test skipped without flwr."""
+    pytest.importorskip("flwr", reason=FLWR_MISSING)
+    return importlib.import_module(f"fedshift.engine.flower.{name}")
+
 
 FUZZ = settings(max_examples=50, deadline=None)
 
@@ -158,9 +164,10 @@ def test_checkpoint(data):
 @FUZZ
 @given(hostile_bytes())
 def test_npy_header(data):
+    wire = flower_module("wire")
     try:
-        npy_layout(data)
-    except ProtocolError:
+        wire.npy_layout(data)
+    except wire.ProtocolError:
         pass
 
 
@@ -240,13 +247,19 @@ def test_digits_cache_sidecar(data):  # a bad sidecar means: rebuild (a warning)
 
 
 def _manifest(files: dict[str, str]) -> dict:
-    head = {"layout": node_cache.LAYOUT, "name": "d", "domains": ["a"], "classes": ["c"]}
+    head = {
+        "layout": flower_module("node_cache").LAYOUT,
+        "name": "d",
+        "domains": ["a"],
+        "classes": ["c"],
+    }
     return head | {"channels": 1, "image_size": 2, "meta": {}, "files": files}
 
 
 @FUZZ
 @given(hostile_bytes())
 def test_flower_node_cache(data):  # a bad cache means: rebuild it
+    node_cache = flower_module("node_cache")
     invalid = node_cache.CacheInvalid
     only_raises(invalid, lambda p: node_cache.open_cache(p.parent), node_cache.MANIFEST, data)
 
@@ -268,6 +281,7 @@ def test_flower_node_cache(data):  # a bad cache means: rebuild it
 
 
 def test_flower_node_cache_refuses_paths_outside_it(tmp_path):
+    node_cache = flower_module("node_cache")
     (tmp_path / "cache").mkdir()
     manifest = _manifest({"../secret.npy": "0" * 64})
     (tmp_path / "cache" / node_cache.MANIFEST).write_text(json.dumps(manifest))
@@ -284,8 +298,11 @@ def test_pretrained_backbone_sidecar(data):
 @FUZZ
 @given(hostile_bytes())
 def test_flower_run_token(data):
+    run_token = flower_module("serverapp").run_token
+    options = flower_module("settings").DeployOptions
+
     def read(path: Path) -> object:
-        return run_token(DeployOptions(out_dir=str(path.parent), resume=True))
+        return run_token(options(out_dir=str(path.parent), resume=True))
 
     only_raises(CheckpointError, read, "config.json", data)
 
@@ -293,13 +310,15 @@ def test_flower_run_token(data):
 @FUZZ
 @given(hostile_bytes())
 def test_worker_secret(data):
-    only_raises(WorkerUnavailable, read_secret, "worker.secret", data)
+    resident = flower_module("resident")
+    only_raises(resident.WorkerUnavailable, resident.read_secret, "worker.secret", data)
 
 
 @FUZZ
 @given(hostile_bytes())
 def test_flower_stored_client_state(data):
     """A ClientApp's ``ctx.state`` tree as Flower stored it (Context.state), decoded bounded."""
+    flower_module("convert")
     from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
     from fedshift.engine.flower.convert import STATE_ARRAYS, STATE_TREE, ConversionError, load_state
