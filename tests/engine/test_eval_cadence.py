@@ -11,6 +11,7 @@ from test_catalog_segmentation_sets import _fundus_tree, _run_argv
 from fedshift.cli import main
 from fedshift.core.errors import ConfigError
 from fedshift.data.catalog import CATALOG
+from fedshift.engine.run.runner import progress_postfix
 from fedshift.engine.run.selection import SOURCE_VAL, select
 
 TARGET = "optdigits"
@@ -66,3 +67,14 @@ def test_segmentation_channels_of_a_round_without_sources_cover_the_target(tmp_p
     assert set(rows[0]["target_channel_dice"]) == {"disc", "cup"}
     assert "source_val_accuracy" not in rows[0]
     assert set(rows[1]["per_domain_channel_dice"]) == set(CATALOG["fundus"].domains)
+
+
+def test_the_progress_bar_shows_what_the_round_measured_and_no_nan(tmp_path, micro_digits):
+    """A round that is not evaluated (eval_every=2) shows its loss alone, never target=nan."""
+    run(tmp_path, "bar", micro_digits, "fedavg", rounds=2, eval_every=2)
+    first, second = read_history(tmp_path / "bar")
+    assert progress_postfix(first) == {"loss": f"{first['train_loss']:.3f}"}
+    assert progress_postfix(second) == {
+        "loss": f"{second['train_loss']:.3f}",
+        "target": f"{second['target_accuracy']:.3f}",
+    }

@@ -221,10 +221,7 @@ class Runner:
             self._append_metrics(entry)
             tracking.log_round(entry)
             bar.update(1)
-            bar.set_postfix(
-                loss=f"{entry.get('train_loss', float('nan')):.3f}",
-                target=f"{entry.get('target_accuracy', float('nan')):.3f}",
-            )
+            bar.set_postfix(progress_postfix(entry))
             if stop_after is not None and round_ >= stop_after and round_ < cfg.rounds:
                 bar.close()
                 return {}
@@ -427,3 +424,13 @@ def run_experiment(
             raise RunInterrupted(out_dir, RunFiles(out_dir).has_checkpoint()) from None
         finally:
             runner.close_progress()
+
+
+#: the progress bar's figures: its label -> the round entry's key
+PROGRESS_FIGURES = {"loss": "train_loss", "target": "target_accuracy"}
+
+
+def progress_postfix(entry: dict[str, Any]) -> dict[str, str]:
+    """The figures a round's progress bar shows: those the round measured (a round that is
+    not evaluated has no target accuracy, and shows none rather than ``nan``)."""
+    return {label: f"{entry[key]:.3f}" for label, key in PROGRESS_FIGURES.items() if key in entry}
