@@ -9,15 +9,12 @@ listed; a name may also be an import path ``package.module:attribute``. Every fa
 from __future__ import annotations
 
 import importlib
-import logging
 import re
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from fedshift.core.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 #: entry-point group of each kind of plug-in
 GROUPS = {
@@ -93,17 +90,6 @@ def load_plugin(kind: str, name: str) -> Any | None:
             f"{kind} plug-in {name!r} from {plugin_source(kind, name)} failed to load: "
             f"{type(exc).__name__}: {exc}"
         ) from None
-
-
-def load_all(kind: str) -> dict[str, Any]:
-    """Every loadable plug-in of ``kind``; a broken one is a one-line warning, then skipped."""
-    loaded = {}
-    for name in plugin_names(kind):
-        try:
-            loaded[name] = load_plugin(kind, name)
-        except ConfigError as exc:
-            log.warning("%s", exc)
-    return loaded
 
 
 def refresh() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -60,16 +59,6 @@ class Record:
         for key, value in tensors.items():
             self.arrays[f"{prefix}.{key}"] = value
         return self
-
-    def check_finite(self) -> str | None:
-        """Name of the first array or metric holding NaN/Inf, or None."""
-        for key, value in self.arrays.items():
-            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-                return key
-        for key, value in self.metrics.items():
-            if isinstance(value, float) and not math.isfinite(value):
-                return key
-        return None
 
 
 def share_key(array_key: str) -> str:

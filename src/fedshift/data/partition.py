@@ -31,12 +31,6 @@ class ClientSpec:
     #: per domain it holds; ``domain`` and the fields above are then its largest share
     mixed: tuple[tuple[str, np.ndarray, np.ndarray, np.ndarray], ...] = ()
 
-    @property
-    def num_train(self) -> int:
-        if self.mixed:
-            return int(sum(len(train) for _, train, _, _ in self.mixed))
-        return int(len(self.train_idx))
-
 
 def _domain_rng(seed: int, domain: str) -> np.random.Generator:
     # Per-domain stream: a domain's partition does not depend on which other domains are listed.

@@ -35,11 +35,11 @@ from flwr.clientapp import ClientApp
 
 from fedshift.engine.flower import resident
 from fedshift.engine.flower.messages import (
-    CONTROL,
     EVALUATE,
     IDENTIFY,
     IDENTITY,
     REFUSED,
+    control_of,
     identity_of,
 )
 from fedshift.engine.flower.wire import finite_or_none
@@ -71,7 +71,7 @@ def _experiment(run_config_json: str, cache_dir: str):
 
 def handle(message: Message, context: Context) -> Message:
     """Answer one message: the engine's identity query or an algorithm's client task."""
-    control = dict(message.content[CONTROL]) if CONTROL in message.content else {}
+    control = control_of(message.content)
     task = str(control.get("task", ""))
     if task == IDENTIFY:
         identity = ConfigRecord(identity_of(dict(context.node_config)))
@@ -111,7 +111,7 @@ def answer(content: RecordDict, context: Context) -> RecordDict:
     from fedshift.engine.flower.settings import node_client_id
     from fedshift.engine.run.evaluation import client_scores
 
-    control = dict(content[CONTROL]) if CONTROL in content else {}
+    control = control_of(content)
     task = str(control.get("task", ""))
     node_config: dict[str, Any] = dict(context.node_config)
     exp = experiment_of(context)

@@ -90,10 +90,6 @@ def arrays_to_record(tensors: Mapping[str, torch.Tensor]) -> ArrayRecord:
     return record
 
 
-def record_to_arrays(record: ArrayRecord) -> dict[str, torch.Tensor]:
-    return {key: array_to_tensor(array) for key, array in record.items()}
-
-
 def _is_metric(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -181,11 +177,6 @@ def from_recorddict(
         except (TypeError, ValueError) as exc:
             raise ConversionError(f"array {key!r} cannot be read: {exc}") from None
     return Record(arrays=arrays, config=dict(content[CONFIG]), metrics=metrics)
-
-
-def control_of(content: RecordDict) -> dict[str, Any]:
-    """The engine instructions of a message (empty when there are none)."""
-    return dict(content[CONTROL]) if CONTROL in content else {}
 
 
 # -- client state: a tree of tensors and scalars --------------------------------------------

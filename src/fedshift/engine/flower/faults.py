@@ -23,7 +23,7 @@ from flwr.clientapp import ClientApp
 
 from fedshift.engine import fault_names as names
 from fedshift.engine.flower.clientapp import handle
-from fedshift.engine.flower.messages import CONTROL, IDENTIFY, IDENTITY
+from fedshift.engine.flower.messages import IDENTIFY, IDENTITY, control_of
 
 ARRAYS, METRICS, METRICS_OTHER = "arrays", "metrics", "metrics-other"
 
@@ -121,7 +121,7 @@ def fault_of(node_config, round_: int) -> str:
 
 def tampered(message: Message, context: Context) -> Message:
     """The real ClientApp's reply, changed as the node config's ``fault`` says."""
-    control = dict(message.content[CONTROL]) if CONTROL in message.content else {}
+    control = control_of(message.content)
     if control.get("task") == IDENTIFY:
         claimed = [f for f in IDENTITY_FAULTS if f in str(context.node_config.get("fault", ""))]
         if claimed:

@@ -29,3 +29,8 @@ IDENTITY_KEYS = ("client-id", "partition-id", "num-partitions")
 def identity_of(node_config: Mapping[str, Any]) -> dict[str, Any]:
     """What a SuperNode says about itself: the identity keys of its node config."""
     return {k: node_config[k] for k in IDENTITY_KEYS if k in node_config}
+
+
+def control_of(content: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine instructions of a message's content (empty when there are none)."""
+    return dict(content[CONTROL]) if CONTROL in content else {}
