@@ -6,7 +6,10 @@ test below it; ``conftest.py`` adds every subfolder too (tests/README.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +152,25 @@ FAST_SETTINGS = {
         "algo.discriminator_hidden": 64,
     },
 }
+
+
+#: the repository's docs/ folder (its generator scripts run under mkdocs-gen-files)
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def run_docs_script(name: str, out: Path) -> Path:
+    """Run generator script ``docs/NAME`` with mkdocs-gen-files stood in for, so the pages it
+    writes land under ``out``; returns ``out``."""
+    stand_in = types.ModuleType("mkdocs_gen_files")
+    stand_in.open = lambda page, mode: (out / page).open(mode)
+    saved = sys.modules.get("mkdocs_gen_files")
+    sys.modules["mkdocs_gen_files"] = stand_in
+    try:
+        spec = importlib.util.spec_from_file_location(Path(name).stem, DOCS / name)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    finally:
+        if saved is None:
+            del sys.modules["mkdocs_gen_files"]
+        else:
+            sys.modules["mkdocs_gen_files"] = saved
+    return out

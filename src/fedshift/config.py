@@ -20,6 +20,7 @@ from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams, coerce_hparam
 from fedshift.core.hparams import make_hparams as build_hparams
 from fedshift.core.runconfig import (
+    FIXED,
     KEY_ALIASES,
     RENAMED_KEYS,
     RUN_KEYS,
@@ -28,7 +29,7 @@ from fedshift.core.runconfig import (
     coerce,
     field_type,
 )
-from fedshift.core.runfiles import RunFiles
+from fedshift.core.runfiles import RunFiles, resume_conflict, resume_rule
 from fedshift.data.catalog import CATALOG, check_dataset, split_name
 from fedshift.models.registry import SEGMENTATION_MODELS
 from fedshift.plugins import is_import_path
@@ -282,11 +283,6 @@ def _resolve_settings(settings: dict[str, Any]) -> RunConfig:
     return cfg
 
 
-#: run keys a resumed run may change: where it runs, more rounds (extends the run), and
-#: the experiment loggers
-RESUME_MAY_CHANGE = ("device", "threads", "rounds", "tracking")
-
-
 def saved_run_config(run_dir: str | Path) -> dict[str, Any]:
     """The config a run directory was started with: its ``config.json``, else its checkpoint's."""
     return RunFiles(run_dir).saved_config()
@@ -318,8 +314,9 @@ def resolve_resume(
 ) -> RunConfig:
     """The config of the run in ``run_dir``, so ``--resume`` needs no repeated flags.
 
-    Settings given anyway (file, flags, ``--set``) must agree with the saved ones, except
-    ``device``, ``threads``, ``tracking`` and a larger ``rounds`` (which extends a finished run); a
+    Settings given anyway (file, flags, ``--set``) must agree with the saved ones as each key's
+    resume rule says (:func:`fedshift.core.runfiles.resume_conflict`: ``device``, ``threads``
+    and ``tracking`` may change, ``rounds`` may grow, which extends a finished run); a
     contradiction is a ConfigError naming the key. A run started with ``threads=0`` continues
     with the thread count it used (``run_info.threads``). A saved import path (``algorithm`` or
     ``model``) must be given again on the command line, or allowed (``allow_imports``).
@@ -346,8 +343,8 @@ def resolve_resume(
     check_unchanged(run_dir, cfg, given, [k for k in settings if not k.startswith("algo.")])
     apply_settings(given, {k: v for k, v in settings.items() if k.startswith("algo.")})
     check_unchanged(run_dir, cfg, given, [k for k in settings if k.startswith("algo.")])
-    for key in RESUME_MAY_CHANGE:
-        if key in settings:
+    for key in settings:
+        if not key.startswith("algo.") and resume_rule(key) != FIXED:
             setattr(cfg, key, getattr(given, key))
     threads_used = (saved.get("run_info") or {}).get("threads")
     if cfg.threads == 0 and "threads" not in settings and isinstance(threads_used, int):
@@ -364,11 +361,9 @@ def check_unchanged(run_dir: str | Path, saved: RunConfig, given: RunConfig, key
             before, after = saved.algo.get(name[5:]), given.algo.get(name[5:])
         else:
             before, after = getattr(saved, name), getattr(given, name)
-        if before == after or name in ("device", "threads", "tracking"):
+        verb = resume_conflict(name, before, after)
+        if not verb:
             continue
-        if name == "rounds" and after > before:
-            continue
-        verb = "cannot shorten" if name == "rounds" else "cannot change"
         raise ConfigError(
             f"{verb} {name} of the run in {run_dir} on --resume (saved {before!r}, given "
             f"{after!r}); leave it out to continue the run, or start a new run with another --out"

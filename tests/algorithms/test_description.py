@@ -3,37 +3,20 @@ and the generated method pages (docs/gen_methods.py) say the same problems and s
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import types
-from pathlib import Path
-
 import pytest
+from helpers import run_docs_script
 
 from fedshift.algorithms import REGISTRY
 from fedshift.algorithms.description import describe_algorithm
 from fedshift.cli import main
 
-GEN_METHODS = Path(__file__).resolve().parents[2] / "docs" / "gen_methods.py"
-
 
 @pytest.fixture(scope="module")
 def method_pages(tmp_path_factory) -> dict[str, str]:
-    """The method pages docs/gen_methods.py writes, with mkdocs-gen-files stood in for."""
+    """The method pages docs/gen_methods.py writes."""
     out = tmp_path_factory.mktemp("methods")
-    stand_in = types.ModuleType("mkdocs_gen_files")
-    stand_in.open = lambda name, mode: (out / name).open(mode)
     (out / "methods").mkdir()
-    saved = sys.modules.get("mkdocs_gen_files")
-    sys.modules["mkdocs_gen_files"] = stand_in
-    try:
-        spec = importlib.util.spec_from_file_location("gen_methods", GEN_METHODS)
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
-    finally:
-        if saved is None:
-            del sys.modules["mkdocs_gen_files"]
-        else:
-            sys.modules["mkdocs_gen_files"] = saved
+    run_docs_script("gen_methods.py", out)
     return {p.stem: p.read_text() for p in (out / "methods").glob("*.md")}
 
 

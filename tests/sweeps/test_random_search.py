@@ -13,7 +13,7 @@ from fedshift.cli import main
 from fedshift.core.errors import ConfigError
 from fedshift.core.hparams import describe_hparams, hp, integers, log_uniform, one_of, uniform
 from fedshift.sweeps import plan
-from fedshift.sweeps.random_search import RUN_KEY_SEARCH, random_points, searched_keys
+from fedshift.sweeps.random_search import random_points, searched_keys
 
 
 def planned_points(tmp_path, **options):
@@ -82,7 +82,11 @@ def test_every_declared_search_lies_inside_its_hyperparameters_range():
             if key.startswith("algo."):
                 cls.Hparams(**{key[5:]: space.low if space.kind != "choice" else space.choices[0]})
     assert searched >= 10
-    assert set(RUN_KEY_SEARCH) == {"lr", "weight_decay"}
+    run_keys = {k: space.text() for k, space in searched_keys("fedavg", set()).items()}
+    assert run_keys == {
+        "lr": "log-uniform [0.001, 0.1]",
+        "weight_decay": "log-uniform [1e-06, 0.01]",
+    }
 
 
 def test_a_search_leaving_the_range_or_a_bad_distribution_is_refused_at_declaration():

@@ -94,8 +94,9 @@ def print_datasets() -> None:
         print(f"    runs:    {line.runs}")
 
 
-def dataset_help(default: str) -> str:
-    """The ``--dataset`` help: every name and the resolution each is read at."""
+def dataset_help() -> str:
+    """The ``--dataset`` help beside the run key's meaning: every name and the resolution
+    each is read at."""
     from fedshift.data import digits
     from fedshift.data.catalog import CATALOG
     from fedshift.data.custom import custom_datasets
@@ -106,8 +107,8 @@ def dataset_help(default: str) -> str:
     sizes = "; ".join(f"{size} px: {', '.join(names)}" for size, names in by_size.items())
     custom = ", ".join(custom_datasets())
     return (
-        f"dataset name or folder path (default {default}; see `fedshift datasets list`). "
-        "A catalog dataset reads your copy (--set data_root=PATH) with its official split "
+        "see `fedshift datasets list`. A catalog dataset reads your copy (--set data_root=PATH) "
+        "with its official split "
         f"(--set split_files=DIR for your own lists) at its resolution ({sizes}); "
         f"{digits.NAME} is built in ({digits.IMAGE_SIZE} px); a folder path is resized to "
         f"{FOLDER_IMAGE_SIZE} px; --set image_size=N overrides"

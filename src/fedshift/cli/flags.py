@@ -10,79 +10,47 @@ import argparse
 from dataclasses import dataclass
 
 from fedshift.cli.datasets import dataset_help
-from fedshift.core.runconfig import DEVICES, PARTITIONS, RunConfig
-from fedshift.scenarios import PROTOCOLS
+from fedshift.core.runconfig import describe_run_keys
 
 
 @dataclass(frozen=True)
 class RunFlag:
-    """A command-line option that sets the run key ``key`` (also its argparse dest)."""
+    """A command-line option that sets the run key ``key`` (also its argparse dest); its help
+    is the key's declared meaning and default (:func:`~fedshift.core.runconfig.
+    describe_run_keys`), followed by ``extra``."""
 
     key: str
     names: tuple[str, ...]
-    help: str
     type: type = str
     in_sweep: bool = False
+    extra: str = ""
+
+    def help(self) -> str:
+        info = RUN_KEY_INFO[self.key]
+        text = f"{info.meaning} (default {info.default})" if info.default != "" else info.meaning
+        return f"{text}; {self.extra}" if self.extra else text
+
+
+#: each run key's declaration, as the flags' help reads it
+RUN_KEY_INFO = {info.name: info for info in describe_run_keys()}
 
 
 def run_flags() -> tuple[RunFlag, ...]:
-    """Every run flag, its help showing the default of :class:`RunConfig`."""
-    defaults = RunConfig()
+    """Every run flag (its help read from the run key's declaration)."""
     return (
-        RunFlag(
-            "algorithm",
-            ("-a", "--algorithm"),
-            f"algorithm (default {defaults.algorithm}; see `fedshift list algorithms`), "
-            "or a plug-in as package.module:Class",
-        ),
-        RunFlag("dataset", ("-d", "--dataset"), dataset_help(defaults.dataset), in_sweep=True),
-        RunFlag(
-            "target", ("-t", "--target"), f"held-out target domain (default {defaults.target})"
-        ),
-        RunFlag(
-            "sources", ("-s", "--sources"), "comma-separated source domains (default: all others)"
-        ),
-        RunFlag(
-            "protocol",
-            ("--protocol",),
-            f"evaluation protocol: {', '.join(PROTOCOLS)} (default {defaults.protocol})",
-            in_sweep=True,
-        ),
-        RunFlag("rounds", ("--rounds",), f"rounds (default {defaults.rounds})", int, True),
-        RunFlag(
-            "local_epochs",
-            ("--local-epochs",),
-            f"local epochs per round (default {defaults.local_epochs})",
-            int,
-        ),
-        RunFlag(
-            "clients_per_domain",
-            ("--clients-per-domain",),
-            f"clients each domain is split into (default {defaults.clients_per_domain})",
-            int,
-        ),
-        RunFlag(
-            "partition",
-            ("--partition",),
-            f"how the source data is split among clients: {', '.join(PARTITIONS)} "
-            "(iid, dirichlet, nway-kshot: each domain on its own; heterogeneity: across the "
-            f"source domains, --set lambda=L) (default {defaults.partition})",
-        ),
-        RunFlag(
-            "model",
-            ("--model",),
-            f"backbone (default: the algorithm's, else {defaults.model}; see `fedshift list "
-            "models`), or a plug-in as package.module:builder",
-            in_sweep=True,
-        ),
-        RunFlag("seed", ("--seed",), f"seed (default {defaults.seed})", int),
-        RunFlag("device", ("--device",), f"{', '.join(DEVICES)} (default {defaults.device})"),
-        RunFlag(
-            "preset",
-            ("--preset",),
-            "start from a paper preset (see `fedshift list presets`) or a preset TOML file; "
-            "--config, flags and --set override its settings",
-        ),
+        RunFlag("algorithm", ("-a", "--algorithm")),
+        RunFlag("dataset", ("-d", "--dataset"), in_sweep=True, extra=dataset_help()),
+        RunFlag("target", ("-t", "--target")),
+        RunFlag("sources", ("-s", "--sources")),
+        RunFlag("protocol", ("--protocol",), in_sweep=True),
+        RunFlag("rounds", ("--rounds",), int, True),
+        RunFlag("local_epochs", ("--local-epochs",), int),
+        RunFlag("clients_per_domain", ("--clients-per-domain",)),
+        RunFlag("partition", ("--partition",), extra="heterogeneity takes --set lambda=L"),
+        RunFlag("model", ("--model",), in_sweep=True),
+        RunFlag("seed", ("--seed",), int),
+        RunFlag("device", ("--device",)),
+        RunFlag("preset", ("--preset",), extra="--config, flags and --set override its settings"),
     )
 
 
@@ -101,7 +69,7 @@ def add_run_flags(
 ) -> None:
     """Declare the run flags on ``parser`` (all, a sweep's, or those of ``keys``)."""
     for flag in command_flags(sweep=sweep, keys=keys):
-        parser.add_argument(*flag.names, dest=flag.key, type=flag.type, help=flag.help)
+        parser.add_argument(*flag.names, dest=flag.key, type=flag.type, help=flag.help())
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from fedshift.core.runconfig import section_dataclass
 from fedshift.core.split import Images, Split, to_input
 
 
@@ -115,16 +116,16 @@ class MixedPrecision:
         return torch.amp.GradScaler(self.device_type) if self.name == "fp16" else None
 
 
-@dataclass
-class TrainConfig:
-    """Run-level local-training settings shared by all algorithms."""
-
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    batch_size: int = 64
-    local_epochs: int = 1
-    optimizer: str = "sgd"
+#: Run-level local-training settings shared by all algorithms: the run keys of section
+#: ``training`` (lr, momentum, weight_decay, batch_size, local_epochs, optimizer) with their
+#: declared defaults; ``TrainConfig.of(cfg)`` takes a run's
+TrainConfig = section_dataclass(
+    "TrainConfig",
+    "training",
+    "Run-level local-training settings shared by all algorithms (the run keys of section "
+    "training).",
+    __name__,
+)
 
 
 @dataclass

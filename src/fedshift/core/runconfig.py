@@ -10,13 +10,23 @@ import dataclasses
 import importlib.util
 import math
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fedshift.core.declare import (
+    RANGE_KEY,
+    FieldInfo,
+    Search,
+    declared,
+    describe_fields,
+    field_type,
+    log_uniform,
+)
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.robust import check_aggregator_values
+
+__all__ = ["field_type"]  # re-exported: the declared type of a dataclass field
 
 # Each closed choice set of a run key is declared once, as a Literal alias typing its
 # RunConfig field; the tuple beside it (typing.get_args) is what messages and owners use.
@@ -80,149 +90,493 @@ RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
 KEY_ALIASES = {"lambda": "heterogeneity_lambda"}
 
 
+#: what a ``--resume`` may do with a run key: keep it (``fixed``), change it (``may-change``:
+#: where and how the run is watched) or raise it (``may-grow``: more rounds extend a run);
+#: :func:`fedshift.core.runfiles.resume_conflict` applies the rule
+FIXED, MAY_CHANGE, MAY_GROW = "fixed", "may-change", "may-grow"
+RESUME_RULES = (FIXED, MAY_CHANGE, MAY_GROW)
+
+#: the sections run keys are declared in -> what they hold (``fedshift show run`` and the
+#: run-keys page list them in this order)
+SECTIONS: dict[str, str] = {
+    "task": "what is learned, from which data, under which protocol",
+    "data": "where the data lies and how it is read",
+    "partition": "how each domain's data is split among its clients",
+    "model": "the backbone and its starting weights",
+    "training": "each client's local training (shared by every algorithm)",
+    "federation": "which clients take part in a round and which replies count",
+    "run": "length, seed, checkpoints, loggers and the preset a run started from",
+    "evaluation": "what is scored when, and which round the summary reports",
+    "hardware": "device, threads, precision and compilation (speed, not what is computed)",
+    "robustness": "robust aggregation, simulated attacks and faults",
+    "privacy": "client-level differential privacy",
+}
+
+
+def key(
+    default: Any,
+    help: str,
+    *,
+    group: str,
+    symbol: str = "",
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    search: Search | None = None,
+    resume: str = FIXED,
+) -> Any:
+    """One run key, declared as an algorithm's hyperparameter is (:func:`fedshift.core.
+    hparams.hp`): its default, meaning (``help``), the paper's ``symbol``, its range, the
+    distribution ``fedshift sweep --random`` draws it from, plus the section (``group``) it
+    belongs to and what ``--resume`` may do with it (``resume``, one of :data:`RESUME_RULES`)."""
+    if group not in SECTIONS:
+        raise TypeError(f"unknown section {group!r}; choose one of: {', '.join(SECTIONS)}")
+    if resume not in RESUME_RULES:
+        raise TypeError(f"unknown resume rule {resume!r}; choose one of: {', '.join(RESUME_RULES)}")
+    return declared(
+        default, symbol, help, low, high, low_open, high_open, search, group=group, resume=resume
+    )
+
+
 @dataclass
 class RunConfig:
-    """Everything that defines a run (the algorithm's own hyperparameters live in ``algo``)."""
+    """Everything that defines a run (the algorithm's own hyperparameters live in ``algo``).
 
-    algorithm: str = "fedavg"
-    dataset: str = "digits-dg"
-    target: str = "mnistm"  # held-out domain (leave-one-domain-out)
-    sources: str = ""  # comma-separated source domains; empty: every domain but the target
-    protocol: str = "lodo"  # one of fedshift.scenarios.PROTOCOLS (checked in fedshift.config)
-    problem: Problem = "classification"  # or "segmentation": per-pixel masks, Dice (model unet)
-    rounds: int = 30
-    local_epochs: int = 1
-    batch_size: int = 64
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    optimizer: Optimizer = "sgd"
-    model: str = "cnn"
-    # the backbone's starting weights: a local state-dict file, or "imagenet" (torchvision's
-    # file from torch's cache, hash-checked; never downloaded)
-    model_weights: str = ""
-    # input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std), auto: imagenet
-    # when model_weights is a torchvision (ImageNet-pretrained) state_dict
-    normalize: Normalize = "auto"
-    server_data: str = ""  # "domain" or "domain:split" the server holds unlabeled (PerAda)
-    image_size: int = 0  # 0: the dataset's default (digits-dg 32, pacs 224, a folder 64)
-    data_root: str = ""  # where a catalog dataset lies: `fedshift datasets list`
-    split_seed: int = 0  # seeds the train/val/test split of a folder dataset
-    # a folder of your own <domain>_{train,val,test}.txt lists for a catalog dataset
-    split_files: str = ""
-    # default: the catalog entry's own protocol; full: the whole official train and test
-    # files where that protocol samples them down (Digit-Five: KD3A/FACT's 25,000 / 9,000)
-    catalog_split: CatalogSplit = "default"
-    # training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale),
-    # cifar (4-px reflect pad, random crop back, horizontal flip: MOON's CIFAR transform);
-    # auto: domainbed for the catalog photo datasets, none otherwise (CIFAR, digits-dg, folders)
-    augment: Augment = "auto"
-    # where augment=domainbed runs: batched (kornia, whole batches on the run's device), pil
-    # (image by image on PIL, as DomainBed); auto: batched on CUDA, pil on the CPU (faster there)
-    augment_backend: AugmentBackend = "auto"
-    # clients each domain is split into: one count for every domain, or per domain as
-    # "DOMAIN:N,..." (e.g. "mnist:3,usps:7"; a domain not named gets 1; see per_domain_value)
-    clients_per_domain: int | str = 1
-    partition: Partition = "iid"  # how a domain is split among its clients
-    dirichlet_alpha: float = 0.5
-    ways: int = 3  # partition=nway-kshot: mean classes per client (FedProto's N)
-    shots: int = 100  # partition=nway-kshot: train samples per class (FedProto's K)
-    stdev: int = 2  # partition=nway-kshot: spread of ways and shots around their means
-    # partition=nway-kshot: test samples per class per client, disjoint across clients
-    # (FedProto's MNIST: 40); 0: every test sample of the client's classes
-    test_shots: int = 0
-    # partition=heterogeneity (FedDG-Benchmark's lambda, `--set lambda=` works too): 1 every
-    # client has the same domain mix, 0 each client holds one domain
-    heterogeneity_lambda: float = 0.1
-    # per-client model variants, e.g. "fedproto" or "out_channels=10/18;out_channels=10/20":
-    # ';' separates variants, ',' options, '/' tuple items; clients get variants in blocks
-    hetero_models: str = ""
-    fraction: float = 1.0  # share of source clients sampled each round (McMahan's C)
-    # share of its train split each client keeps (FPL): one fraction, or per domain as
-    # "DOMAIN:F,..." (e.g. "mnist:0.03,usps:0.07"; a domain not named keeps all of it)
-    client_data_fraction: float | str = 1.0
-    seed: int = 0
-    device: str = "auto"
-    # CPU threads for torch; 0: torch's default (one per core) capped at the cores that other
-    # processes leave free
-    threads: int = 0
-    failure_policy: FailurePolicy = "dynamic"
-    min_clients: int = 1
-    eval_every: int = 1
-    # the source (non-target) domains' val/test scored every N evaluated rounds and in the
-    # last; the held-out target is scored in every evaluated round
-    source_eval_every: int = 1
-    # which round's model the summary's target_accuracy reports: source-val (DomainBed's
-    # training-domain validation), or algorithm: the method's own label-free score (FACT:
-    # min IDD, as its paper selects); the other stays in the summary under its own key
-    model_selection: ModelSelection = "source-val"
-    # samples per forward pass when scoring; 0: by device and image size (CPU: 256 at >= 128
-    # px, 1000 below; GPU: 1024)
-    eval_batch_size: int = 0
-    # personal models (Ditto's, PerAda's v_k) scored every N rounds and in the last;
-    # 0: every round up to 100 clients, every 10th round beyond
-    personal_eval_every: int = 0
-    checkpoint_every: int = 1  # save a checkpoint every N rounds and after the last
-    # run a call's clients together (vmap) where a task allows: on, off, auto (on with CUDA)
-    vectorize: Vectorize = "auto"
-    # training precision: fp32; bf16 or fp16 autocast the forward passes of training and
-    # evaluation (weights and checkpoints stay fp32; fp16 scales losses); auto (default):
-    # bf16 on a CUDA device that supports it, else fp32 (so CPU runs are fp32)
-    precision: Precision = "auto"
-    # channels_last memory format for convolutional models: on, off, auto (on with CUDA)
-    channels_last: ChannelsLast = "auto"
-    # torch.compile each model built for training and evaluation (nn.Module.compile, the
-    # default mode; checkpoint and reply keys unchanged); false (default): eager. Needs a
-    # C++ compiler on the CPU and Triton on CUDA, checked at startup; the vectorized path
-    # is not compiled, so vectorize=auto runs clients sequentially under compile=true
-    compile: bool = False
-    # a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off
-    max_reply_value: float = 1e6
-    # inject client faults in the simulation engine, e.g. "raise@2:1,nan@3:*" (see
-    # fedshift.engine.simulation.faults): KIND@ROUND:CLIENT, '*' for any round or client
-    faults: str = ""
-    # experiment loggers beside metrics.jsonl (fedshift.engine.run.tracking): a comma list of
-    # tensorboard, wandb, mlflow; or none. It may change on --resume
-    tracking: str = "tensorboard"
-    # client-level differential privacy (docs/privacy.md): clip norm C of a client's model
-    # update or class prototype, 0: off; Gaussian noise multiplier z (std z*C/n); the delta
-    # of the reported epsilon; classes a client holds fewer examples of are withheld
-    dp_clip: float = 0.0
-    dp_noise: float = 1.0
-    dp_delta: float = 1e-5
-    dp_min_count: int = 5
-    # how the server combines what clients send (models, prototypes): mean (weighted, as
-    # each paper), median, trimmed-mean, krum, multi-krum, bulyan (fedshift.core.robust)
-    aggregator: str = "mean"
-    aggregator_f: int = 1  # Byzantine clients krum, multi-krum and bulyan must withstand
-    trim_beta: float = 0.1  # trimmed-mean: share dropped at each end of every coordinate
-    # simulate malicious clients (simulation engine, fedshift.engine.simulation.attacks): sign-flip,
-    # alie, ipm, label-flip, proto-poison; attack_clients: a count N (the N first source
-    # clients) or ids:I,J; attack_strength: the attack's scale (0: its default)
-    attack: str = ""
-    attack_clients: str = "1"
-    attack_strength: float = 0.0
-    # the paper preset the run started from (`fedshift list presets`, or a TOML path): its
-    # settings lie below every file, flag and --set; preset_sha256 is filled in by the
-    # resolver with the SHA-256 of the preset file, so config.json records which one ran
-    preset: str = ""
-    preset_sha256: str = ""
+    The config stays flat (``config.json``, presets, TOML files, ``--set``, the Flower run
+    config and checkpoints name each key alone); each key's :func:`key` declaration holds its
+    meaning, range, section and resume rule, which ``fedshift show run``, the run-keys page,
+    the range check, ``--random`` and ``--resume`` all read."""
+
+    # -- task
+    algorithm: str = key(
+        "fedavg",
+        "the algorithm (`fedshift list algorithms`), or a plug-in as package.module:Class",
+        group="task",
+    )
+    dataset: str = key(
+        "digits-dg",
+        "the dataset: a catalog name, digits-dg, a registered or plug-in dataset, or a folder; "
+        "NAME:d1,d2 keeps only the listed domains",
+        group="task",
+    )
+    target: str = key("mnistm", "the held-out target domain (leave-one-domain-out)", group="task")
+    sources: str = key(
+        "", "comma-separated source domains; empty: every domain but the target", group="task"
+    )
+    protocol: str = key(
+        "lodo",
+        "the evaluation protocol: lodo, personalized, msst, per-domain (fedshift.scenarios)",
+        group="task",
+    )
+    problem: Problem = key(
+        "classification",
+        "what a model predicts: classification, or segmentation (per-pixel masks, Dice; "
+        "model unet)",
+        group="task",
+    )
+    # -- run
+    rounds: int = key(30, "communication rounds", group="run", low=1, resume=MAY_GROW)
+    # -- training
+    local_epochs: int = key(
+        1, "epochs of local training per round", symbol="E", group="training", low=1
+    )
+    batch_size: int = key(64, "local mini-batch size", symbol="B", group="training", low=1)
+    lr: float = key(
+        0.01,
+        "learning rate of the local optimizer",
+        symbol="η",
+        group="training",
+        low=0,
+        low_open=True,
+        search=log_uniform(1e-3, 1e-1),
+    )
+    momentum: float = key(0.9, "momentum of the local optimizer", group="training", low=0)
+    weight_decay: float = key(
+        5e-4,
+        "L2 weight decay of the local optimizer",
+        group="training",
+        low=0,
+        search=log_uniform(1e-6, 1e-2),
+    )
+    optimizer: Optimizer = key("sgd", "the local optimizer: sgd or adam", group="training")
+    # -- model
+    model: str = key(
+        "cnn",
+        "the backbone (`fedshift list models`; default: the algorithm's own, else cnn), or a "
+        "plug-in as package.module:builder",
+        group="model",
+    )
+    model_weights: str = key(
+        "",
+        "the backbone's starting weights: a local state-dict file, or imagenet (torchvision's "
+        "file from torch's cache, hash-checked; never downloaded); empty: random",
+        group="model",
+    )
+    normalize: Normalize = key(
+        "auto",
+        "input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std); auto: "
+        "imagenet when model_weights is a torchvision (ImageNet-pretrained) state_dict",
+        group="model",
+    )
+    # -- data
+    server_data: str = key(
+        "",
+        'the unlabeled data the server holds (PerAda): "domain" or "domain:split"; empty: none',
+        group="data",
+    )
+    image_size: int = key(
+        0,
+        "image side in pixels; 0: the dataset's (digits-dg 32, pacs 224, a folder 64)",
+        group="data",
+    )
+    data_root: str = key(
+        "", "where a catalog dataset lies (`fedshift datasets list`)", group="data"
+    )
+    split_seed: int = key(0, "seeds the train/val/test split of a folder dataset", group="data")
+    split_files: str = key(
+        "",
+        "a folder of your own <domain>_{train,val,test}.txt lists for a catalog dataset",
+        group="data",
+    )
+    catalog_split: CatalogSplit = key(
+        "default",
+        "default: the catalog entry's own protocol; full: the whole official train and test "
+        "files where that protocol samples them down (Digit-Five: KD3A/FACT's 25,000 / 9,000)",
+        group="data",
+    )
+    augment: Augment = key(
+        "auto",
+        "training-batch augmentation: none, domainbed (DomainBed's crop/flip/jitter/grayscale), "
+        "cifar (4-px reflect pad, random crop back, horizontal flip: MOON's CIFAR transform); "
+        "auto: domainbed for the catalog photo datasets, none otherwise",
+        group="data",
+    )
+    augment_backend: AugmentBackend = key(
+        "auto",
+        "where augment=domainbed runs: batched (kornia, whole batches on the run's device), pil "
+        "(image by image, as DomainBed); auto: batched on CUDA, pil on the CPU",
+        group="data",
+    )
+    # -- partition
+    clients_per_domain: int | str = key(
+        1,
+        'clients each domain is split into: one count, or per domain as "DOMAIN:N,..." '
+        "(a domain not named gets 1)",
+        group="partition",
+        low=1,
+    )
+    partition: Partition = key(
+        "iid",
+        "how a domain is split among its clients: iid, dirichlet, nway-kshot (each domain on "
+        "its own), heterogeneity (across the source domains)",
+        group="partition",
+    )
+    dirichlet_alpha: float = key(
+        0.5,
+        "partition=dirichlet: concentration of the label Dirichlet (smaller: more skew)",
+        symbol="α",
+        group="partition",
+        low=0,
+        low_open=True,
+    )
+    ways: int = key(
+        3, "partition=nway-kshot: mean classes per client", symbol="N", group="partition", low=1
+    )
+    shots: int = key(
+        100,
+        "partition=nway-kshot: train samples per class",
+        symbol="K",
+        group="partition",
+        low=1,
+    )
+    stdev: int = key(
+        2,
+        "partition=nway-kshot: spread of ways and shots around their means",
+        group="partition",
+        low=0,
+    )
+    test_shots: int = key(
+        0,
+        "partition=nway-kshot: test samples per class per client, disjoint across clients "
+        "(FedProto's MNIST: 40); 0: every test sample of the client's classes",
+        group="partition",
+        low=0,
+    )
+    heterogeneity_lambda: float = key(
+        0.1,
+        "partition=heterogeneity (FedDG-Benchmark; `--set lambda=` works too): 1 every client "
+        "has the same domain mix, 0 each client holds one domain",
+        symbol="λ",
+        group="partition",
+        low=0,
+        high=1,
+    )
+    # -- model (per client)
+    hetero_models: str = key(
+        "",
+        'per-client model variants, e.g. "fedproto" or "out_channels=10/18;out_channels=10/20": '
+        "';' separates variants, ',' options, '/' tuple items; clients get variants in blocks",
+        group="model",
+    )
+    # -- federation
+    fraction: float = key(
+        1.0,
+        "share of the source clients sampled each round",
+        symbol="C",
+        group="federation",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    # -- data (per client)
+    client_data_fraction: float | str = key(
+        1.0,
+        "share of its train split each client keeps (FPL): one fraction, or per domain as "
+        '"DOMAIN:F,..." (a domain not named keeps all of it)',
+        group="data",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    # -- run
+    seed: int = key(0, "seeds the run: model init, sampling, local batches", group="run")
+    # -- hardware
+    device: str = key(
+        "auto",
+        "where the run trains: auto, cpu, cuda or cuda:N",
+        group="hardware",
+        resume=MAY_CHANGE,
+    )
+    threads: int = key(
+        0,
+        "CPU threads for torch; 0: torch's default (one per core) capped at the cores other "
+        "processes leave free",
+        group="hardware",
+        resume=MAY_CHANGE,
+    )
+    # -- federation
+    failure_policy: FailurePolicy = key(
+        "dynamic",
+        "when a round with failed clients goes on: strict (every called client), dynamic (at "
+        "least min_clients), resilient (whoever replied)",
+        group="federation",
+    )
+    min_clients: int = key(
+        1, "failure_policy=dynamic: replies a round needs", group="federation", low=1
+    )
+    # -- evaluation
+    eval_every: int = key(
+        1, "evaluate every N rounds and after the last", group="evaluation", low=1
+    )
+    source_eval_every: int = key(
+        1,
+        "the source (non-target) domains' val/test scored every N evaluated rounds and in the "
+        "last; the held-out target is scored in every evaluated round",
+        group="evaluation",
+        low=1,
+    )
+    model_selection: ModelSelection = key(
+        "source-val",
+        "which round's model the summary's target_accuracy reports: source-val (DomainBed's "
+        "training-domain validation), or algorithm (the method's own label-free score, FACT's "
+        "min IDD); the other stays in the summary under its own key",
+        group="evaluation",
+    )
+    eval_batch_size: int = key(
+        0,
+        "samples per forward pass when scoring; 0: by device and image size (CPU: 256 at "
+        ">= 128 px, 1000 below; GPU: 1024)",
+        group="evaluation",
+        low=0,
+    )
+    personal_eval_every: int = key(
+        0,
+        "personal models (Ditto's, PerAda's v_k) scored every N rounds and in the last; 0: every "
+        "round up to 100 clients, every 10th round beyond",
+        group="evaluation",
+        low=0,
+    )
+    # -- run
+    checkpoint_every: int = key(
+        1, "save a checkpoint every N rounds and after the last", group="run", low=1
+    )
+    # -- hardware
+    vectorize: Vectorize = key(
+        "auto",
+        "run a call's clients together (vmap) where a task allows: on, off, auto (on with CUDA)",
+        group="hardware",
+    )
+    precision: Precision = key(
+        "auto",
+        "training precision: fp32; bf16 or fp16 autocast the forward passes (weights and "
+        "checkpoints stay fp32; fp16 scales losses); auto: bf16 on a CUDA device that supports "
+        "it, else fp32",
+        group="hardware",
+    )
+    channels_last: ChannelsLast = key(
+        "auto",
+        "channels_last memory format for convolutional models: on, off, auto (on with CUDA)",
+        group="hardware",
+    )
+    compile: bool = key(
+        False,
+        "torch.compile each model built for training and evaluation (needs a C++ compiler on "
+        "the CPU, Triton on CUDA; the vectorized path is not compiled, so vectorize=auto runs "
+        "clients one by one under compile=true); false: eager",
+        group="hardware",
+    )
+    # -- federation
+    max_reply_value: float = key(
+        1e6,
+        "a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off",
+        group="federation",
+        low=0,
+    )
+    # -- robustness
+    faults: str = key(
+        "",
+        'client faults injected in the simulation engine, e.g. "raise@2:1,nan@3:*" '
+        "(KIND@ROUND:CLIENT, '*' for any round or client; fedshift.engine.simulation.faults)",
+        group="robustness",
+    )
+    # -- run
+    tracking: str = key(
+        "tensorboard",
+        "experiment loggers beside metrics.jsonl: a comma list of tensorboard, wandb, mlflow; "
+        "or none",
+        group="run",
+        resume=MAY_CHANGE,
+    )
+    # -- privacy
+    dp_clip: float = key(
+        0.0,
+        "client-level differential privacy (docs/privacy.md): clip norm of a client's model "
+        "update or class prototype; 0: off",
+        symbol="C",
+        group="privacy",
+        low=0,
+    )
+    dp_noise: float = key(
+        1.0,
+        "Gaussian noise multiplier (noise std z*C/n); > 0 when dp_clip is set",
+        symbol="z",
+        group="privacy",
+    )
+    dp_delta: float = key(
+        1e-5,
+        "the delta of the reported epsilon",
+        symbol="δ",
+        group="privacy",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    )
+    dp_min_count: int = key(
+        5,
+        "classes a client holds fewer examples of are withheld from its prototypes",
+        group="privacy",
+        low=1,
+    )
+    # -- robustness
+    aggregator: str = key(
+        "mean",
+        "how the server combines what clients send: mean (weighted, as each paper), median, "
+        "trimmed-mean, krum, multi-krum, bulyan (fedshift.core.robust)",
+        group="robustness",
+    )
+    aggregator_f: int = key(
+        1,
+        "Byzantine clients krum, multi-krum and bulyan must withstand",
+        symbol="f",
+        group="robustness",
+        low=0,
+    )
+    trim_beta: float = key(
+        0.1,
+        "trimmed-mean: share dropped at each end of every coordinate",
+        symbol="β",
+        group="robustness",
+        low=0,
+        high=0.5,
+        high_open=True,
+    )
+    attack: str = key(
+        "",
+        "simulated malicious clients (simulation engine): sign-flip, alie, ipm, label-flip, "
+        "proto-poison; empty: none",
+        group="robustness",
+    )
+    attack_clients: str = key(
+        "1",
+        "the attackers: a count N (the N first source clients) or ids:I,J",
+        group="robustness",
+    )
+    attack_strength: float = key(
+        0.0, "the attack's scale; 0: its default", group="robustness", low=0
+    )
+    # -- run
+    preset: str = key(
+        "",
+        "the paper preset the run started from (`fedshift list presets`, or a TOML path): its "
+        "settings lie below every file, flag and --set",
+        group="run",
+    )
+    preset_sha256: str = key(
+        "",
+        "the SHA-256 of the preset file, filled in by the resolver so config.json records "
+        "which one ran",
+        group="run",
+    )
     algo: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def section(self, group: str) -> dict[str, Any]:
+        """The values of the run keys declared in section ``group`` (``training``, ...)."""
+        return {name: getattr(self, name) for name in section_keys(group)}
+
 
 RUN_KEYS = [f.name for f in dataclasses.fields(RunConfig) if f.name != "algo"]
 
 
-def field_type(cls: type, name: str) -> Any:
-    """The declared type of dataclass field ``name`` (``X | None`` -> ``X``; a per-domain
-    union such as ``int | str`` is kept whole, for :func:`coerce`)."""
-    hint = typing.get_type_hints(cls)[name]
-    if isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint):
-        hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    return hint
+def section_keys(group: str) -> list[str]:
+    """The run keys declared in section ``group``, in declaration order."""
+    if group not in SECTIONS:
+        raise KeyError(group)
+    return [f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("group") == group]
+
+
+def section_dataclass(name: str, group: str, doc: str, module: str) -> type:
+    """A dataclass holding the run keys of section ``group`` with their declared types and
+    defaults (``TrainConfig`` is ``training``'s), so a key is declared once, in
+    :class:`RunConfig`; ``cls.of(cfg)`` takes a run config's values of the section."""
+    items = [
+        (f.name, field_type(RunConfig, f.name), field(default=f.default))
+        for f in dataclasses.fields(RunConfig)
+        if f.metadata.get("group") == group
+    ]
+
+    def of(cls: type, cfg: RunConfig) -> Any:
+        return cls(**cfg.section(group))
+
+    made = dataclasses.make_dataclass(name, items, namespace={"of": classmethod(of)})
+    made.__doc__, made.__module__ = doc, module
+    return made
+
+
+def describe_run_keys() -> list[FieldInfo]:
+    """Every run key in declaration order with its meaning, range, default, section and
+    resume rule: the one reader behind ``fedshift show run``, the run-keys page and the help
+    of the run flags."""
+    return describe_fields(RunConfig, RUN_KEYS)
+
+
+def resume_rule(name: str) -> str:
+    """What ``--resume`` may do with run key ``name``: one of :data:`RESUME_RULES`."""
+    return RunConfig.__dataclass_fields__[name].metadata["resume"]
 
 
 #: the per-domain field types: one number for every domain, or "DOMAIN:NUMBER,..."
@@ -376,98 +730,42 @@ def tracking_loggers(text: str) -> list[str]:
     return names
 
 
-def check_run_values(cfg: RunConfig) -> None:
-    """The checks of a run config that need no registry: choices and ranges."""
-    check_choice("problem", cfg.problem, PROBLEMS)
-    check_choice("partition", cfg.partition, PARTITIONS)
-    check_choice_device(cfg.device)
-    check_choice("failure_policy", cfg.failure_policy, FAILURE_POLICIES)
-    check_choice("optimizer", cfg.optimizer, OPTIMIZERS)
-    check_choice("vectorize", cfg.vectorize, VECTORIZE)
-    check_choice("augment", cfg.augment, AUGMENTS)
-    check_choice("augment_backend", cfg.augment_backend, AUGMENT_BACKENDS)
-    check_choice("normalize", cfg.normalize, NORMALIZE)
-    check_choice("precision", cfg.precision, PRECISIONS)
-    check_choice("model_selection", cfg.model_selection, MODEL_SELECTIONS)
-    check_choice("channels_last", cfg.channels_last, CHANNELS_LAST)
-    tracking_loggers(cfg.tracking)
-    for key in ("personal_eval_every", "eval_batch_size"):
-        if getattr(cfg, key) < 0:
-            raise ConfigError(f"{key} must be >= 0 (0: automatic), got {getattr(cfg, key)}")
-    for item in dataclasses.fields(cfg):
-        value = getattr(cfg, item.name)
+def check_declared(obj: Any, prefix: str = "") -> None:
+    """Check every declared field of dataclass ``obj`` (a run config, an algorithm's
+    hyperparameters) against its declaration, with one message style: a ``Literal`` field
+    holds one of its choices, a number is finite and inside its range (a per-domain value,
+    ``DOMAIN:N,...``, domain by domain). Messages name the field as ``prefix + name``."""
+    for item in dataclasses.fields(obj):
+        name, kind = prefix + item.name, field_type(type(obj), item.name)
+        value = getattr(obj, item.name)
+        if typing.get_origin(kind) is Literal:
+            coerce(value, kind, name)
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{item.name} must be a finite number, got {value}")
-    for key in (
-        "rounds",
-        "local_epochs",
-        "batch_size",
-        "eval_every",
-        "source_eval_every",
-        "checkpoint_every",
-        "min_clients",
-    ):
-        if getattr(cfg, key) < 1:
-            raise ConfigError(f"{key} must be >= 1, got {getattr(cfg, key)}")
-    if not 0 < cfg.fraction <= 1:
-        raise ConfigError(f"fraction must be in (0, 1], got {cfg.fraction}")
-    check_per_domain_ranges(cfg)
-    if cfg.lr <= 0:
-        raise ConfigError(f"lr must be > 0, got {cfg.lr}")
-    if cfg.momentum < 0 or cfg.weight_decay < 0:
-        raise ConfigError(
-            f"momentum and weight_decay must be >= 0, got momentum={cfg.momentum}, "
-            f"weight_decay={cfg.weight_decay}"
-        )
-    if cfg.test_shots < 0:
-        raise ConfigError(f"test_shots must be >= 0, got {cfg.test_shots}")
-    if cfg.ways < 1 or cfg.shots < 1 or cfg.stdev < 0:
-        raise ConfigError(
-            f"ways and shots must be >= 1 and stdev >= 0, got ways={cfg.ways}, "
-            f"shots={cfg.shots}, stdev={cfg.stdev}"
-        )
-    if not 0 <= cfg.heterogeneity_lambda <= 1:
-        raise ConfigError(
-            f"heterogeneity_lambda (lambda) must be in [0, 1], got {cfg.heterogeneity_lambda}"
-        )
-    if cfg.dirichlet_alpha <= 0:
-        raise ConfigError(f"dirichlet_alpha must be > 0, got {cfg.dirichlet_alpha}")
+            raise ConfigError(f"{name} must be a finite number, got {value}")
+        interval = item.metadata.get(RANGE_KEY)
+        if interval is None or not interval.text():
+            continue
+        if kind in PER_DOMAIN_KINDS and isinstance(value, str):
+            items = parse_per_domain(value, PER_DOMAIN_KINDS[kind], name).items()
+            values = [(f" of domain {domain!r}", number) for domain, number in items]
+        else:
+            values = [("", value)]
+        for where, number in values:
+            if isinstance(number, int | float) and not interval.holds(number):
+                raise ConfigError(f"{name}{where} must be {interval.text()}, got {number}")
+
+
+def check_run_values(cfg: RunConfig) -> None:
+    """The checks of a run config that need no registry: every key against its declaration
+    (:func:`check_declared`), then the rules no single declaration can state."""
+    check_declared(cfg)
+    check_choice_device(cfg.device)
+    tracking_loggers(cfg.tracking)
     check_aggregator_values(cfg.aggregator, cfg.aggregator_f, cfg.trim_beta)
     if cfg.attack:
         check_choice("attack", cfg.attack, ATTACKS)
-    if cfg.attack_strength < 0:
-        raise ConfigError(f"attack_strength must be >= 0 (0: default), got {cfg.attack_strength}")
-    if cfg.max_reply_value < 0:
-        raise ConfigError(f"max_reply_value must be >= 0 (0: off), got {cfg.max_reply_value}")
-    if cfg.dp_clip < 0:
-        raise ConfigError(f"dp_clip must be >= 0 (0: no differential privacy), got {cfg.dp_clip}")
     if cfg.dp_clip > 0 and cfg.dp_noise <= 0:
         raise ConfigError(f"dp_noise must be > 0 when dp_clip is set, got {cfg.dp_noise}")
-    if not 0 < cfg.dp_delta < 1:
-        raise ConfigError(f"dp_delta must be in (0, 1), got {cfg.dp_delta}")
-    if cfg.dp_min_count < 1:
-        raise ConfigError(f"dp_min_count must be >= 1, got {cfg.dp_min_count}")
-
-
-def check_per_domain_ranges(cfg: RunConfig) -> None:
-    """Every client count >= 1 and every data fraction in (0, 1], per domain or not (the
-    domain names are checked against the dataset where the clients are made)."""
-    counts = cfg.clients_per_domain
-    for domain, count in per_domain_items(counts, int, "clients_per_domain"):
-        if count < 1:
-            raise ConfigError(f"clients_per_domain{domain} must be >= 1, got {count}")
-    fractions = cfg.client_data_fraction
-    for domain, fraction in per_domain_items(fractions, float, "client_data_fraction"):
-        if not 0 < fraction <= 1:
-            raise ConfigError(f"client_data_fraction{domain} must be in (0, 1], got {fraction}")
-
-
-def per_domain_items(value: Any, number: type, key: str) -> list[tuple[str, Any]]:
-    """``(" of domain 'd'", value)`` per listed domain, or ``("", value)`` for one number."""
-    if isinstance(value, str):
-        items = parse_per_domain(value, number, key).items()
-        return [(f" of domain {domain!r}", n) for domain, n in items]
-    return [("", value)]
 
 
 def listed_domains(text: str, names: list[str], dataset: str, noun: str = "domain") -> list[str]:

@@ -1,5 +1,5 @@
 """The run directory, the product users keep, as one type: its file names, readers, writers
-and the one rule for when a run resumes.
+and the one rule for when a run resumes and what its resumed config may change.
 
 A run directory holds ``config.json`` (the resolved config, written first),
 ``metrics.jsonl`` (one row per round), ``checkpoint.pt`` (and ``checkpoint.prev.pt``, the
@@ -22,6 +22,7 @@ from typing import Any
 
 from fedshift.core.bounded import parse_json, read_json_bounded
 from fedshift.core.errors import CheckpointError
+from fedshift.core.runconfig import FIXED, MAY_CHANGE, MAY_GROW, RunConfig
 from fedshift.core.state import (
     has_checkpoint,
     load_checkpoint,
@@ -269,3 +270,27 @@ class RunFiles:
             handle.write(strict_json(row) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def resume_rule(name: str) -> str:
+    """What ``--resume`` may do with config key ``name``, as its :func:`~fedshift.core.
+    runconfig.key` declaration says: ``fixed``, ``may-change`` or ``may-grow`` (an
+    algorithm's hyperparameter, ``algo.NAME``, is fixed)."""
+    declared = RunConfig.__dataclass_fields__.get(name)
+    return declared.metadata.get("resume", FIXED) if declared is not None else FIXED
+
+
+def resume_conflict(name: str, saved: Any, given: Any) -> str:
+    """Why config key ``name`` cannot go from ``saved`` to ``given`` when a run resumes
+    (``cannot change``, ``cannot shorten``), or ``""`` when it may: the one resume rule,
+    read from the key's declaration. A ``may-grow`` key (rounds) may only grow: a finished
+    run given more rounds goes on."""
+    if saved == given:
+        return ""
+    rule = resume_rule(name)
+    if rule == MAY_CHANGE:
+        return ""
+    if rule == MAY_GROW:
+        grows = isinstance(saved, int) and isinstance(given, int) and given > saved
+        return "" if grows else "cannot shorten"
+    return "cannot change"

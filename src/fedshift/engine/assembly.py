@@ -282,18 +282,6 @@ class Experiment:
     precision: MixedPrecision = field(default_factory=MixedPrecision)
 
 
-def train_config(cfg: RunConfig) -> TrainConfig:
-    """The run's local-training settings, shared by every client."""
-    return TrainConfig(
-        lr=cfg.lr,
-        momentum=cfg.momentum,
-        weight_decay=cfg.weight_decay,
-        batch_size=cfg.batch_size,
-        local_epochs=cfg.local_epochs,
-        optimizer=cfg.optimizer,
-    )
-
-
 def client_contexts(
     scenario: Scenario,
     num_classes: int,
@@ -486,7 +474,7 @@ def prepare(
     build = model_builder(cfg, dataset, device=device)
     client_builds = client_model_builders(cfg, dataset, scenario, build, device)
     precision = resolve_precision(cfg.precision, device)
-    train_cfg = train_config(cfg)
+    train_cfg = TrainConfig.of(cfg)
     run = RunInfo(
         num_classes=dataset.num_classes,
         build_model=build,

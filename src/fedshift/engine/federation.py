@@ -189,16 +189,15 @@ def run_client_task(
 
 
 def federation_options(exp: Experiment) -> dict[str, Any]:
-    """The run config's settings of a federation (every engine's)."""
+    """The run config's settings of a federation (every engine's): the run keys of section
+    ``federation`` (fraction, failure_policy, min_clients, max_reply_value) and what the run
+    says besides."""
     cfg = exp.cfg
     return {
+        **cfg.section("federation"),
         "seed": cfg.seed,
-        "fraction": cfg.fraction,
-        "failure_policy": cfg.failure_policy,
-        "min_clients": cfg.min_clients,
         "count_bytes": not exp.algorithm.pooled,
         "total_rounds": cfg.rounds,
-        "max_reply_value": cfg.max_reply_value,
         "data_sizes": {cid: client_data_size(ctx) for cid, ctx in exp.contexts.items()},
     }
 

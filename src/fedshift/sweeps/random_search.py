@@ -9,20 +9,16 @@ import random
 from typing import Any
 
 from fedshift.algorithms import REGISTRY
-from fedshift.core.hparams import Search, log_uniform, search_spaces
-
-#: run keys every algorithm's random search draws, DomainBed's choice of the common knobs
-RUN_KEY_SEARCH: dict[str, Search] = {
-    "lr": log_uniform(1e-3, 1e-1),
-    "weight_decay": log_uniform(1e-6, 1e-2),
-}
+from fedshift.core.hparams import Search, search_spaces
+from fedshift.core.runconfig import RunConfig
 
 
 def searched_keys(algorithm: str, fixed: set[str]) -> dict[str, Search]:
     """The keys a random search of ``algorithm`` draws (``algo.NAME`` for its hyperparameters'
-    ``search`` declarations, plus :data:`RUN_KEY_SEARCH`), less those the user fixed."""
+    ``search`` declarations, plus the run keys declaring one: lr and weight_decay, DomainBed's
+    choice of the common knobs), less those the user fixed."""
     spaces = {f"algo.{k}": s for k, s in search_spaces(REGISTRY[algorithm].Hparams).items()}
-    spaces |= RUN_KEY_SEARCH
+    spaces |= search_spaces(RunConfig)
     return {key: spaces[key] for key in sorted(spaces) if key not in fixed}
 
 

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from fedshift.core.errors import CheckpointError, ConfigError, RoundFailed, RunInterrupted
 from fedshift.core.privacy import run_epsilon
 from fedshift.core.runconfig import RENAMED_KEYS, RunConfig
-from fedshift.core.runfiles import RunFiles
+from fedshift.core.runfiles import RunFiles, resume_conflict
 from fedshift.core.state import (
     CHECKPOINT_FORMAT,
     ServerState,
@@ -55,23 +55,16 @@ def unique_dir(base: Path) -> Path:
     raise ConfigError(f"too many runs named {base}")
 
 
-COMPARE_IGNORE = ("device", "threads", "tracking")
-
-
 def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
-    """Refuse to resume with settings other than the checkpoint's (device, threads and
-    tracking aside; more rounds than saved extend the run)."""
+    """Refuse to resume with settings other than the checkpoint's, as each key's resume rule
+    says (:func:`fedshift.core.runfiles.resume_conflict`: device, threads and tracking may
+    change; more rounds than saved extend the run)."""
     saved = {RENAMED_KEYS.get(k, k): v for k, v in saved.items()}
     now = cfg.to_dict()
     defaults = RunConfig().to_dict()
     # a key added after the checkpoint was written: the run used its default
     saved.update({k: defaults[k] for k in now if k not in saved and k in defaults})
-    extends = isinstance(saved.get("rounds"), int) and now["rounds"] > saved["rounds"]
-    diffs = [
-        k
-        for k in now
-        if k not in COMPARE_IGNORE and saved.get(k) != now[k] and not (k == "rounds" and extends)
-    ]
+    diffs = [k for k in now if resume_conflict(k, saved.get(k), now[k])]
     if diffs:
         k = diffs[0]
         raise CheckpointError(
