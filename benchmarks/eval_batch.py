@@ -5,7 +5,7 @@ in batches of 32, 64, 256 and 1000, one process: samples/s (best of ``--repeats`
 process's peak resident memory after each size (batch sizes ascend, so each peak is the
 largest batch so far's). A batch larger than ``--samples`` is skipped (a loaded machine may
 need fewer samples). It is the measurement behind ``eval_batch_size=0`` (auto) in
-``fedshift.engine.run.evaluation``; prints the load average, as the machine may be shared.
+``fedshift.engine.evaluation``; prints the load average, as the machine may be shared.
 
     python benchmarks/eval_batch.py [--samples 1000] [--threads 0] [--device cpu]
 """

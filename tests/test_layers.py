@@ -1,6 +1,7 @@
 """The package's layers point one way: core <- presets, data, models, eval <- scenarios <-
-pretrain <- algorithms <- config <- engine <- sweeps <- report <- cli. Every import statement
-counts, including imports inside functions, so a lazy import cannot hide a back-arrow or a cycle."""
+pretrain <- algorithms <- config <- engine <- sweeps <- report <- cli, and so do the rooms
+inside engine/ (:data:`ENGINE_RANKS`). Every import statement counts, including imports inside
+functions, so a lazy import cannot hide a back-arrow or a cycle."""
 
 from __future__ import annotations
 
@@ -29,6 +30,21 @@ RANKS = {
     "api": 7,  # the public Python API, beside the CLI
     "__init__": 8,
     "__main__": 8,
+}
+
+
+#: rank of each room inside ``engine/`` (a module or a subpackage); a room may import only
+#: lower ranks (and itself): the engines and the runner look down on evaluation and the
+#: federation base; the runner drives the simulation engine; Flower's ServerApp drives the runner
+ENGINE_RANKS = {
+    "__init__": 0,
+    "fault_names": 0,  # one fault vocabulary for both engines
+    "assembly": 1,  # config -> experiment
+    "evaluation": 2,  # scores of a round, for the runner and both engines' client scoring
+    "federation": 3,  # BaseFederation, every engine's
+    "simulation": 4,
+    "run": 5,  # the round loop, run directory, selection, tracking
+    "flower": 6,  # its ServerApp calls the runner
 }
 
 
@@ -69,6 +85,14 @@ def part(module: str) -> str:
     return pieces[1] if len(pieces) > 1 else "__init__"
 
 
+def engine_room(module: str) -> str | None:
+    """The room of ``engine/`` that ``module`` lies in (None outside ``engine/``)."""
+    pieces = module.split(".")
+    if len(pieces) < 2 or pieces[1] != "engine":
+        return None
+    return pieces[2] if len(pieces) > 2 else "__init__"
+
+
 def import_graph() -> dict[str, set[str]]:
     files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph = {}
@@ -92,6 +116,26 @@ def test_no_import_points_up_a_layer():
         or (RANKS[part(dst)] == RANKS[part(src)] and part(dst) != part(src))
     ]
     assert not back, "imports against the layers:\n" + "\n".join(sorted(back))
+
+
+def test_every_engine_room_has_a_rank():
+    rooms = {engine_room(m) for m in import_graph()} - {None}
+    assert rooms <= set(ENGINE_RANKS), (
+        f"give these rooms a rank: {sorted(rooms - set(ENGINE_RANKS))}"
+    )
+
+
+def test_no_import_points_up_inside_engine():
+    back = [
+        f"{src} -> {dst}"
+        for src, targets in import_graph().items()
+        for dst in targets
+        if (here := engine_room(src)) is not None
+        and (there := engine_room(dst)) is not None
+        and here != there
+        and ENGINE_RANKS[there] >= ENGINE_RANKS[here]
+    ]
+    assert not back, "imports against the rooms of engine/:\n" + "\n".join(sorted(back))
 
 
 def test_no_import_cycle():

@@ -14,7 +14,7 @@ from fedshift.core.record import Record
 from fedshift.core.state import load_checkpoint
 from fedshift.engine import assembly
 from fedshift.engine.assembly import prepare
-from fedshift.engine.run.evaluation import auto_eval_batch, eval_batch, personal_eval_every
+from fedshift.engine.evaluation import auto_eval_batch, eval_batch, personal_eval_every
 from fedshift.engine.run.runner import Runner, check_resume_config
 
 

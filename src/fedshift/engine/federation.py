@@ -23,7 +23,7 @@ from fedshift.core.record import Kind, Record, share_key
 from fedshift.core.schema import ReplySchema, lookup, schema_problem
 from fedshift.core.seeding import derive_seed, numpy_generator, seed_torch
 from fedshift.engine.assembly import Experiment
-from fedshift.engine.run.evaluation import ClientScores
+from fedshift.engine.evaluation import ClientScores
 
 log = logging.getLogger(__name__)
 

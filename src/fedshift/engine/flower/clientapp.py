@@ -105,11 +105,11 @@ def answer(content: RecordDict, context: Context) -> RecordDict:
     reply content; ``context.state`` holds the client's new state. The ClientApp process
     and the resident worker both answer through here."""
     from fedshift.core.record import Record
+    from fedshift.engine.evaluation import client_scores
     from fedshift.engine.federation import run_client_task
     from fedshift.engine.flower.convert import from_recorddict, save_state, to_recorddict
     from fedshift.engine.flower.node_state import NodeSnapshots, state_root
     from fedshift.engine.flower.settings import node_client_id
-    from fedshift.engine.run.evaluation import client_scores
 
     control = control_of(content)
     task = str(control.get("task", ""))

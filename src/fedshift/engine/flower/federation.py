@@ -12,6 +12,7 @@ from flwr.serverapp import Grid
 from fedshift.core.errors import ConfigError
 from fedshift.core.record import Record
 from fedshift.engine.assembly import Experiment
+from fedshift.engine.evaluation import DOMAIN_SCORE, ClientScores
 from fedshift.engine.federation import BaseFederation, federation_options
 from fedshift.engine.flower.client_keys import load_client_keys, public_key_der
 from fedshift.engine.flower.convert import ConversionError, from_recorddict, to_recorddict
@@ -25,7 +26,6 @@ from fedshift.engine.flower.messages import (
     TASK_MESSAGE_TYPE,
 )
 from fedshift.engine.flower.settings import DeployOptions, node_client_id
-from fedshift.engine.run.evaluation import DOMAIN_SCORE, ClientScores
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from fedshift.core.state import (
 )
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import Experiment, prepare
+from fedshift.engine.evaluation import evaluate, personal_eval_every
 from fedshift.engine.federation import BaseFederation
-from fedshift.engine.run.evaluation import evaluate, personal_eval_every
 from fedshift.engine.run.rundir import check_run_dir, claim_run_dir, settle_run_dir
 from fedshift.engine.run.selection import (
     LAST,

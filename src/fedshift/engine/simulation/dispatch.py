@@ -9,13 +9,13 @@ from fedshift.core.algorithm import Algorithm
 from fedshift.core.context import ClientContext
 from fedshift.core.record import Record
 from fedshift.engine.assembly import Experiment
+from fedshift.engine.evaluation import ClientScores, client_scores
 from fedshift.engine.federation import (
     BaseFederation,
     federation_options,
     one_line,
     run_client_task,
 )
-from fedshift.engine.run.evaluation import ClientScores, client_scores
 from fedshift.engine.simulation.faults import InjectedFault
 from fedshift.engine.simulation.tampering import Tampering
 from fedshift.engine.simulation.vectorized import (
