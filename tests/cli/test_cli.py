@@ -32,6 +32,7 @@ from fedshift.data.catalog import CATALOG
             "unknown algorithm 'fedsgd' (did you mean 'fedsr'?); choose one of: fedavg",
         ),
         (["run", "-d", "nope"], "nope"),
+        (["run", "-d", "pacss"], "unknown dataset 'pacss' (did you mean 'pacs'?); catalog"),
         (["run", "-t", "svhn"], "unknown target domain 'svhn' for digits-dg; choose one of: mn"),
         (["run", "--set", "learning_rate=0.1"], "unknown config key 'learning_rate'"),
         (

@@ -133,3 +133,21 @@ def test_a_failing_loader_is_one_line():
     register_dataset("broken", broken)
     with pytest.raises(DatasetError, match="dataset 'broken': its loader failed: RuntimeError"):
         load_dataset("broken")
+
+
+def test_an_unknown_name_names_every_source_and_the_nearest_name():
+    """One resolver: catalog -> registered/plug-in -> embedded -> folder; an unknown name is
+    one error listing each source and suggesting the nearest name of any of them."""
+    x, y = tensors()
+    register_dataset("my-scans", lambda: {"a": (x, y), "b": (x, y)})
+    with pytest.raises(DatasetError) as raised:
+        load_dataset("pacss")
+    message = str(raised.value)
+    assert message.startswith("unknown dataset 'pacss' (did you mean 'pacs'?); catalog")
+    for source in ("catalog (--set data_root=PATH): pacs,", "registered or plug-in: my-scans;"):
+        assert source in message
+    assert "embedded: digits-dg; or a folder: an existing directory" in message
+    with pytest.raises(DatasetError, match=r"unknown dataset 'my-scan' \(did you mean 'my-scans'"):
+        load_dataset("my-scan")
+    with pytest.raises(DatasetError, match=r"\(did you mean 'digits-dg'\?\)"):
+        load_dataset("digits_dg")

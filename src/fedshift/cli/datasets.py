@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedshift.cli.errors import ArgumentParser, Command, add_force_flag
-
-#: the generic folder fallback: ``-d PATH`` for any ``ROOT/<domain>/<class>/<image>`` tree
-FOLDER_IMAGE_SIZE = 64
+from fedshift.data.registry import FOLDER_IMAGE_SIZE
 
 
 @dataclass(frozen=True)

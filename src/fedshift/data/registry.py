@@ -1,16 +1,20 @@
-"""Dataset names -> loaders: the built-in ``digits-dg`` and on-disk folder datasets."""
+"""Dataset names -> datasets: one resolver (:func:`load_dataset`) over the sources a name may
+come from (:data:`SOURCES`: catalog, registered or plug-in, embedded, folder)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from fedshift.core.errors import did_you_mean
 from fedshift.core.split import dense
 from fedshift.data import digits
 from fedshift.data.catalog import RUNNABLE, load_catalog
-from fedshift.data.custom import load_custom_dataset
+from fedshift.data.custom import custom_datasets, load_custom_dataset
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import load_folder_dataset
 from fedshift.data.formats.images import resize_uint8
@@ -18,6 +22,9 @@ from fedshift.data.formats.images import resize_uint8
 DATASETS: dict[str, str] = {digits.NAME: digits.DESCRIPTION}
 
 _FOLDER_PREFIX = "folder:"
+#: the generic folder fallback (``-d PATH`` for any ``ROOT/<domain>/<class>/<image>`` tree)
+#: is resized to this side unless the run sets image_size
+FOLDER_IMAGE_SIZE = 64
 #: catalog entries fedshift can run (each needs ``data_root``)
 CATALOG_LOADERS = RUNNABLE
 
@@ -96,6 +103,102 @@ def _split_domains(key: str) -> tuple[str, list[str] | None]:
     return key, None
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How :func:`load_dataset` was asked to load a name (each source reads what it needs)."""
+
+    image_size: int | None
+    cache_dir: str | os.PathLike | None
+    seed: int
+    data_root: str | os.PathLike | None
+    split_files: str | os.PathLike | None
+    only: list[str] | None  # NAME:d1,d2: the domains kept
+    catalog_split: str = "default"
+
+
+def _from_catalog(key: str, options: LoadOptions) -> DomainDataset | None:
+    if key not in CATALOG_LOADERS:
+        return None
+    if not options.data_root:
+        raise DatasetError(
+            f"dataset {key!r} is read from your copy: give --set data_root=PATH "
+            f"(check it with `fedshift datasets check {key} --root PATH`)"
+        )
+    return load_catalog(
+        key,
+        options.data_root,
+        image_size=options.image_size,
+        seed=options.seed,
+        split_files=options.split_files or "",
+        domains=options.only,
+        cache_dir=options.cache_dir,
+        catalog_split=options.catalog_split,
+    )
+
+
+def _from_registry(key: str, options: LoadOptions) -> DomainDataset | None:
+    ds = load_custom_dataset(key, seed=options.seed)
+    if ds is None or options.image_size is None:
+        return ds
+    return _resized(ds, options.image_size)
+
+
+def _embedded(key: str, options: LoadOptions) -> DomainDataset | None:
+    if key not in DATASETS:
+        return None
+    ds = digits.load_digits_dg(cache_dir=options.cache_dir)
+    return ds if options.image_size is None else _resized(ds, options.image_size)
+
+
+def _from_folder(key: str, options: LoadOptions) -> DomainDataset | None:
+    if key.startswith(_FOLDER_PREFIX):
+        path = key[len(_FOLDER_PREFIX) :]
+        if not path:
+            raise DatasetError("'folder:' needs a path, e.g. folder:/data/PACS")
+    elif key and Path(key).expanduser().is_dir():
+        path = key
+    else:
+        return None
+    size = FOLDER_IMAGE_SIZE if options.image_size is None else options.image_size
+    return load_folder_dataset(path, image_size=size, seed=options.seed)
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """One place a dataset name may come from: its ``names`` (for the unknown-name error and
+    its suggestion) and ``load`` (None when the name is not one of its own)."""
+
+    label: str
+    names: Callable[[], Iterable[str]]
+    load: Callable[[str, LoadOptions], DomainDataset | None]
+
+
+#: where a dataset name is looked up, in this order: the catalog (your copy of a published
+#: dataset), registered and plug-in datasets, the embedded digits-dg, a folder on disk
+SOURCES: tuple[DatasetSource, ...] = (
+    DatasetSource("catalog (--set data_root=PATH)", lambda: CATALOG_LOADERS, _from_catalog),
+    DatasetSource("registered or plug-in", lambda: custom_datasets(), _from_registry),
+    DatasetSource("embedded", lambda: DATASETS, _embedded),
+    DatasetSource(
+        "or a folder: an existing directory laid out as ROOT/<domain>/<class>/<image> "
+        "(optionally as folder:PATH)",
+        lambda: (),
+        _from_folder,
+    ),
+)
+
+
+def unknown_dataset(key: str) -> DatasetError:
+    """The error for a name no source knows: every source with its names, and the nearest."""
+    known = {source.label: list(source.names()) for source in SOURCES}
+    every = [name for names in known.values() for name in names]
+    listed = "; ".join(
+        f"{label}: {', '.join(names) or 'none'}" if label != SOURCES[-1].label else label
+        for label, names in known.items()
+    )
+    return DatasetError(f"unknown dataset {key!r}{did_you_mean(key, every)}; {listed}")
+
+
 def load_dataset(
     name: str | os.PathLike,
     *,
@@ -106,17 +209,20 @@ def load_dataset(
     split_files: str | os.PathLike | None = None,
     catalog_split: str = "default",
 ) -> DomainDataset:
-    """Load a dataset by built-in name, ``folder:PATH``, or an existing directory path.
+    """Load a dataset by name, resolved by :data:`SOURCES` in order: a catalog entry
+    (``pacs``, ``office-home``, ``domainnet``, ...), a registered or plug-in dataset, the
+    embedded ``digits-dg``, then ``folder:PATH`` or an existing directory.
 
     ``NAME:dom1,dom2`` keeps only the listed domains (e.g. ``digits-dg:mnist`` for label-skew
     experiments on a single domain). ``digits-dg`` is built once and cached in ``cache_dir``
     (default ``$FEDSHIFT_CACHE`` or ``~/.cache/fedshift``); its content does not depend on
     ``seed``. For folder datasets ``seed`` fixes the train/val/test split and ``image_size``
-    defaults to 64. A catalog entry (``pacs``, ``office-home``, ``domainnet``, ...) is read from
-    ``data_root`` at its own resolution (224 px) with the split its catalog entry states
-    (official lists, else a ``seed``-ed holdout), or the user's lists in ``split_files``;
-    its decoded images are cached under ``cache_dir`` and memory-mapped; ``catalog_split=full``
-    reads the whole official files where the entry samples them down (Digit-Five).
+    defaults to 64. A catalog entry is read from ``data_root`` at its own resolution (224 px)
+    with the split its catalog entry states (official lists, else a ``seed``-ed holdout), or
+    the user's lists in ``split_files``; its decoded images are cached under ``cache_dir`` and
+    memory-mapped; ``catalog_split=full`` reads the whole official files where the entry
+    samples them down (Digit-Five). A name no source knows is a DatasetError naming every source and the
+    nearest name.
     """
     if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
@@ -124,60 +230,18 @@ def load_dataset(
     if not isinstance(key, str):
         raise DatasetError(f"dataset name must be a string or path, got {type(name).__name__}")
     key, only = _split_domains(key)
-    if key in CATALOG_LOADERS:
-        if not data_root:
-            raise DatasetError(
-                f"dataset {key!r} is read from your copy: give --set data_root=PATH "
-                f"(check it with `fedshift datasets check {key} --root PATH`)"
-            )
-        ds = load_catalog(
-            key,
-            data_root,
-            image_size=None if image_size is None else int(image_size),
-            seed=seed,
-            split_files=split_files or "",
-            domains=only,
-            cache_dir=cache_dir,
-            catalog_split=catalog_split,
-        )
-        return ds if only is None else restrict_domains(ds, only)
-    if only is not None:
-        ds = load_dataset(
-            key,
-            image_size=image_size,
-            cache_dir=cache_dir,
-            seed=seed,
-            data_root=data_root,
-            split_files=split_files,
-        )
-        return restrict_domains(ds, only)
-    if split_files:
+    if split_files and key not in CATALOG_LOADERS:
         raise DatasetError(
             f"split_files applies to the catalog datasets ({', '.join(CATALOG_LOADERS)}), "
             f"not to {key!r}"
         )
-    custom = load_custom_dataset(key, seed=seed)
-    if custom is not None:
-        return custom if image_size is None else _resized(custom, int(image_size))
-    if key in DATASETS:
-        ds = digits.load_digits_dg(cache_dir=cache_dir)
-        return ds if image_size is None else _resized(ds, int(image_size))
-    if key.startswith(_FOLDER_PREFIX):
-        path = key[len(_FOLDER_PREFIX) :]
-        if not path:
-            raise DatasetError("'folder:' needs a path, e.g. folder:/data/PACS")
-        return load_folder_dataset(
-            path, image_size=64 if image_size is None else int(image_size), seed=seed
-        )
-    if key and Path(key).expanduser().is_dir():
-        return load_folder_dataset(
-            key, image_size=64 if image_size is None else int(image_size), seed=seed
-        )
-    builtins = ", ".join(DATASETS)
-    raise DatasetError(
-        f"unknown dataset {key!r}: built-in datasets are {builtins}; or give an existing "
-        "directory laid out as ROOT/<domain>/<class>/<image> (optionally as folder:PATH)"
-    )
+    size = None if image_size is None else int(image_size)
+    options = LoadOptions(size, cache_dir, seed, data_root, split_files, only, catalog_split)
+    for source in SOURCES:
+        ds = source.load(key, options)
+        if ds is not None:
+            return ds if only is None else restrict_domains(ds, only)
+    raise unknown_dataset(key)
 
 
 def describe_datasets(cache_dir: str | os.PathLike | None = None) -> list[dict]:
