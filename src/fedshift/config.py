@@ -25,12 +25,14 @@ from fedshift.core.runconfig import (
     RENAMED_KEYS,
     RUN_KEYS,
     RunConfig,
+    check_choice,
     check_run_values,
     coerce,
     field_type,
 )
 from fedshift.core.runfiles import RunFiles, resume_conflict, resume_rule
 from fedshift.data.catalog import CATALOG, check_dataset, split_name
+from fedshift.data.partitioners import PARTITIONERS
 from fedshift.models.registry import SEGMENTATION_MODELS
 from fedshift.plugins import is_import_path
 from fedshift.presets import Preset, load_preset
@@ -117,6 +119,7 @@ def validate(cfg: RunConfig) -> None:
     """Checks that need no data: the algorithm, its protocols and problems, choices, ranges."""
     get_algorithm(cfg.algorithm)  # built-in, registered or plug-in; ConfigError if none
     get_protocol(cfg.protocol)
+    check_choice("partition", cfg.partition, PARTITIONERS)
     check_run_values(cfg)
     algorithm = REGISTRY[cfg.algorithm]
     supported = algorithm.protocols

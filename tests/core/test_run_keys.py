@@ -53,7 +53,7 @@ def test_a_key_in_no_known_section_or_with_an_unknown_resume_rule_is_refused():
         ({"dp_delta": 1.0}, "dp_delta must be in (0, 1), got 1.0"),
         ({"clients_per_domain": "mnist:2,syn:0"}, "clients_per_domain of domain 'syn' must be"),
         ({"client_data_fraction": 2.0}, "client_data_fraction must be in (0, 1], got 2.0"),
-        ({"partition": "skew"}, "unknown partition 'skew'; choose one of: iid, dirichlet"),
+        ({"optimizer": "adamw"}, "unknown optimizer 'adamw' (did you mean 'adam'?)"),
         ({"dp_clip": 1.0, "dp_noise": 0.0}, "dp_noise must be > 0 when dp_clip is set"),
     ],
 )

@@ -292,7 +292,7 @@ def test_partition_iid(digits):
 
 
 def test_partition_dirichlet(digits):
-    kw = dict(clients_per_domain=4, scheme="dirichlet", alpha=0.3, seed=7, min_samples=10)
+    kw = dict(clients_per_domain=4, scheme="dirichlet", dirichlet_alpha=0.3, seed=7, min_samples=10)
     specs = partition_domains(digits, ["mnist", "optdigits"], **kw)
     again = partition_domains(digits, ["mnist", "optdigits"], **kw)
     other = partition_domains(digits, ["mnist", "optdigits"], **{**kw, "seed": 8})
@@ -335,7 +335,7 @@ def test_partition_errors(digits):
     with pytest.raises(DatasetError, match="too few"):
         partition_domains(digits, ["mnist"], clients_per_domain=10_000)
     with pytest.raises(DatasetError, match="alpha"):
-        partition_domains(digits, ["mnist"], scheme="dirichlet", alpha=0)
+        partition_domains(digits, ["mnist"], scheme="dirichlet", dirichlet_alpha=0)
     with pytest.raises(DatasetError, match="iid, dirichlet"):
         partition_domains(digits, ["mnist"], scheme="shards")
     with pytest.raises(DatasetError, match="source, target"):
@@ -346,7 +346,7 @@ def test_partition_errors(digits):
             ["mnist"],
             clients_per_domain=50,
             scheme="dirichlet",
-            alpha=0.01,
+            dirichlet_alpha=0.01,
             min_samples=30,
         )
 

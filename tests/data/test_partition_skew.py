@@ -132,7 +132,9 @@ def test_nway_kshot_errors_say_what_is_wrong(kw, message):
 def test_dirichlet_label_skew_on_a_single_domain():
     ds = registry.restrict_domains(make_dataset(train=40), ["b"])
     assert ds.domain_names == ["b"]
-    specs = partition_domains(ds, ["b"], clients_per_domain=4, scheme="dirichlet", alpha=0.1)
+    specs = partition_domains(
+        ds, ["b"], clients_per_domain=4, scheme="dirichlet", dirichlet_alpha=0.1
+    )
     y = ds.domain("b").train.y
     sizes = [len(s.train_idx) for s in specs]
     assert sum(sizes) == len(y)

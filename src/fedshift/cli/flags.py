@@ -35,6 +35,16 @@ class RunFlag:
 RUN_KEY_INFO = {info.name: info for info in describe_run_keys()}
 
 
+def partition_help() -> str:
+    """Each partition scheme with its help and the run keys it reads."""
+    from fedshift.data.partitioners import PARTITIONERS
+
+    return "; ".join(
+        f"{name}: {p.help}" + (f" ({', '.join(p.keys)})" if p.keys else "")
+        for name, p in PARTITIONERS.items()
+    )
+
+
 def run_flags() -> tuple[RunFlag, ...]:
     """Every run flag (its help read from the run key's declaration)."""
     return (
@@ -46,7 +56,7 @@ def run_flags() -> tuple[RunFlag, ...]:
         RunFlag("rounds", ("--rounds",), int, True),
         RunFlag("local_epochs", ("--local-epochs",), int),
         RunFlag("clients_per_domain", ("--clients-per-domain",)),
-        RunFlag("partition", ("--partition",), extra="heterogeneity takes --set lambda=L"),
+        RunFlag("partition", ("--partition",), extra=partition_help()),
         RunFlag("model", ("--model",), in_sweep=True),
         RunFlag("seed", ("--seed",), int),
         RunFlag("device", ("--device",)),

@@ -1,6 +1,6 @@
-"""``fedshift list algorithms|datasets|models|presets`` (plug-ins marked); ``list datasets``
-prints the listing of ``fedshift datasets list``. The module name ends in ``_`` so that it
-does not shadow the builtin ``list``."""
+"""``fedshift list algorithms|datasets|models|partitions|presets`` (plug-ins marked);
+``list datasets`` prints the listing of ``fedshift datasets list``. The module name ends in
+``_`` so that it does not shadow the builtin ``list``."""
 
 from __future__ import annotations
 
@@ -42,11 +42,24 @@ def model_rows() -> list[tuple[str, ...]]:
     return rows
 
 
-TABLES = {"algorithms": algorithm_rows, "models": model_rows, "presets": preset_rows}
+def partition_rows() -> list[tuple[str, ...]]:
+    from fedshift.data.partitioners import PARTITIONERS
+
+    rows = [("name", "run keys", "description")]
+    rows += [(name, ", ".join(p.keys) or "-", p.help) for name, p in PARTITIONERS.items()]
+    return rows
+
+
+TABLES = {
+    "algorithms": algorithm_rows,
+    "models": model_rows,
+    "partitions": partition_rows,
+    "presets": preset_rows,
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=["algorithms", "datasets", "models", "presets"])
+    parser.add_argument("what", choices=sorted([*TABLES, "datasets"]))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 COMMAND = Command(
     "list",
-    "list algorithms, datasets, models (plug-ins marked) or paper presets",
+    "list algorithms, datasets, models (plug-ins marked), partition schemes or paper presets",
     add_arguments,
     run,
 )

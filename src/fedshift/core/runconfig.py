@@ -34,9 +34,6 @@ __all__ = ["field_type"]  # re-exported: the declared type of a dataclass field
 #: learning problems: what a model predicts (``RunConfig.problem``)
 Problem = Literal["classification", "segmentation"]
 PROBLEMS: tuple[str, ...] = typing.get_args(Problem)
-#: how a domain's data is split among its clients (:mod:`fedshift.data.partition`)
-Partition = Literal["iid", "dirichlet", "nway-kshot", "heterogeneity"]
-PARTITIONS: tuple[str, ...] = typing.get_args(Partition)
 #: devices besides ``cuda:N`` (one GPU of several)
 DEVICES = ("auto", "cpu", "cuda")
 Optimizer = Literal["sgd", "adam"]
@@ -266,10 +263,11 @@ class RunConfig:
         group="partition",
         low=1,
     )
-    partition: Partition = key(
+    partition: str = key(
         "iid",
-        "how a domain is split among its clients: iid, dirichlet, nway-kshot (each domain on "
-        "its own), heterogeneity (across the source domains)",
+        "how the source data is split among clients: a scheme of fedshift.data.partitioners "
+        "(iid, dirichlet, nway-kshot: each domain on its own; heterogeneity: across the source "
+        "domains; checked in fedshift.config)",
         group="partition",
     )
     dirichlet_alpha: float = key(

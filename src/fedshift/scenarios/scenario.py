@@ -14,6 +14,7 @@ from fedshift.core.runconfig import RunConfig, listed_domains, per_domain_value
 from fedshift.core.split import Split, concat_splits
 from fedshift.data.domains import DomainDataset
 from fedshift.data.partition import partition_domains
+from fedshift.data.partitioners import get_partitioner
 
 
 @dataclass
@@ -117,21 +118,18 @@ def check_target(cfg: RunConfig, dataset: DomainDataset) -> list[str]:
 
 
 def partition_sources(cfg: RunConfig, dataset: DomainDataset, sources: list[str], **kw):
-    """``partition_domains`` with the run's partition options."""
+    """``partition_domains`` with the run's scheme and the keys of section ``partition`` that
+    the scheme reads."""
+    scheme = get_partitioner(cfg.partition)
+    options = {k: v for k, v in cfg.section("partition").items() if k in scheme.keys}
+    counts = per_domain_value(cfg.clients_per_domain, "clients_per_domain", dataset.domain_names, 1)
     return partition_domains(
         dataset,
         sources,
-        clients_per_domain=per_domain_value(
-            cfg.clients_per_domain, "clients_per_domain", dataset.domain_names, 1
-        ),
+        clients_per_domain=counts,
         scheme=cfg.partition,
-        alpha=cfg.dirichlet_alpha,
-        ways=cfg.ways,
-        shots=cfg.shots,
-        stdev=cfg.stdev,
-        test_shots=cfg.test_shots,
-        heterogeneity_lambda=cfg.heterogeneity_lambda,
         seed=cfg.seed,
+        **options,
         **kw,
     )
 
