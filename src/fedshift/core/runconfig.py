@@ -26,8 +26,6 @@ from fedshift.core.declare import (
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.robust import check_aggregator_values
 
-__all__ = ["field_type"]  # re-exported: the declared type of a dataclass field
-
 # Each closed choice set of a run key is declared once, as a Literal alias typing its
 # RunConfig field; the tuple beside it (typing.get_args) is what messages and owners use.
 
