@@ -221,8 +221,8 @@ def load_dataset(
     with the split its catalog entry states (official lists, else a ``seed``-ed holdout), or
     the user's lists in ``split_files``; its decoded images are cached under ``cache_dir`` and
     memory-mapped; ``catalog_split=full`` reads the whole official files where the entry
-    samples them down (Digit-Five). A name no source knows is a DatasetError naming every source and the
-    nearest name.
+    samples them down (Digit-Five). A name no source knows is a DatasetError naming every
+    source and the nearest name.
     """
     if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
