@@ -61,5 +61,5 @@ def test_an_unknown_scheme_or_option_is_one_error():
 def test_list_partitions_prints_each_scheme_with_its_run_keys(capsys):
     assert main(["list", "partitions"]) == 0
     rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()}
-    assert rows["nway-kshot"][:3] == ["ways,", "shots,", "stdev"]
+    assert rows["nway-kshot"][:4] == ["ways,", "shots,", "stdev,", "test_shots"]
     assert rows["heterogeneity"][0] == "heterogeneity_lambda" and rows["iid"][0] == "-"
