@@ -25,7 +25,7 @@ def test_gpu_window_dry_run_exercises_every_step(tmp_path, digits_cache):
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=3700,  # the dry run gives each step 10x its GPU limit, 1 h in all
     )
     assert done.returncode == 0, done.stderr[-2000:]
     table = (out / "gpu_window.md").read_text()
