@@ -38,3 +38,78 @@ def test_non_accuracy_metrics_are_not_shown_as_percent(tmp_path):
     write(tmp_path, "fedproto", "clients", 1, 0.9, bytes_per_round=54000.0)
     _, body = table(find_summaries([tmp_path]), metric="bytes_per_round")
     assert body[0] == ["fedproto", "54,072 ± 102", "54,072 ± 102"]
+
+
+def engine_run(root, name, seed, accuracy, grid=None, **settings):
+    """A run directory as the engine writes it: config.json (every setting, resolved),
+    metrics.jsonl and summary.json."""
+    from fedshift.core.runconfig import RunConfig
+
+    cfg = RunConfig(seed=seed, **settings).to_dict()
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({**cfg, "run_info": {"threads": 1}}))
+    line = {"round": cfg["rounds"], "target_accuracy": accuracy}
+    (run / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+    summary = {
+        "algorithm": cfg["algorithm"],
+        "dataset": cfg["dataset"],
+        "protocol": cfg["protocol"],
+        "target": cfg["target"],
+        "seed": seed,
+        "rounds": cfg["rounds"],
+        "target_accuracy": accuracy,
+        "source_val_accuracy": accuracy,
+        **({"grid": grid} if grid else {}),
+    }
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def test_report_never_mixes_experiments(tmp_path, capsys):
+    """The issue's folder: the README's 30-round main job (80.0), a 1-round grid run and a
+    3-round run of the same method and seed, and a PACS run: each is its own table, named
+    by what differs, and the main job's 80.0 stands in its own cell."""
+    runs = tmp_path / "runs"
+    engine_run(runs, "main", 0, 0.80, rounds=30)
+    engine_run(runs, "grid/fedavg-mnistm-lr0.05-s0", 0, 0.184, grid={"lr": 0.05}, rounds=1, lr=0.05)
+    engine_run(runs, "short", 0, 0.312, rounds=3)
+    engine_run(runs, "short-s1", 1, 0.334, rounds=3, device="cpu", threads=2)
+    pacs = {"dataset": "pacs", "target": "sketch", "rounds": 10, "image_size": 32}
+    engine_run(runs, "pacs", 0, 0.397, **pacs)
+    assert main(["report", str(runs)]) == 0
+    out = capsys.readouterr().out
+    sections = out.split("## experiment ")[1:]
+    assert [s.splitlines()[0] for s in sections] == [
+        "1 of 4: dataset=digits-dg, image_size=0, lr=(grid), rounds=1 (1 run)",
+        "2 of 4: dataset=digits-dg, image_size=0, lr=0.01, rounds=30 (1 run)",
+        "3 of 4: dataset=pacs, image_size=32, lr=0.01, rounds=10 (1 run)",
+        "4 of 4: dataset=digits-dg, image_size=0, lr=0.01, rounds=3 (2 runs)",
+    ]
+    assert "| fedavg | 18.4 | 18.4 |" in sections[0]  # the grid run, selected on its own
+    assert "| fedavg | 80.0 | 80.0 |" in sections[1]
+    assert "| method | sketch | avg |" in sections[2] and "| fedavg | 39.7 | 39.7 |" in sections[2]
+    assert "| fedavg | 32.3 ± 1.6 | 32.3 ± 1.6 |" in sections[3]  # two seeds of one experiment
+
+
+def test_a_seed_counts_once_and_hyperparameters_split_rows(tmp_path, capsys):
+    """A copy of a run is the same experiment and seed: counted once, named on stderr. Two
+    FedProx runs that differ in mu are two rows; mu given at its default is no difference."""
+    runs = tmp_path / "runs"
+    engine_run(runs, "a/fedavg-s0", 0, 0.50)
+    engine_run(runs, "b/fedavg-s0", 0, 0.70)  # the same experiment and seed again
+    engine_run(runs, "fedavg-s1", 1, 0.60)
+    engine_run(runs, "prox-default", 0, 0.40, algorithm="fedprox")
+    engine_run(runs, "prox-0.01", 1, 0.44, algorithm="fedprox", algo={"mu": 0.01})
+    engine_run(runs, "prox-0.1", 0, 0.30, algorithm="fedprox", algo={"mu": 0.1})
+    assert main(["report", str(runs)]) == 0
+    captured = capsys.readouterr()
+    assert "## experiment" not in captured.out  # one kind: one table, no heading
+    assert "| fedavg | 55.0 ± 7.1 | 55.0 ± 7.1 |" in captured.out  # seeds 0 (a) and 1
+    assert "| fedprox (algo.mu=0.01) | 42.0 ± 2.8 | 42.0 ± 2.8 |" in captured.out
+    assert "| fedprox (algo.mu=0.1) | 30.0 | 30.0 |" in captured.out
+    notes = [line for line in captured.err.splitlines() if "counted once" in line]
+    assert notes == [
+        f"fedshift: {runs / 'b/fedavg-s0'} repeats the experiment and seed of "
+        f"{runs / 'a/fedavg-s0'}: counted once"
+    ]

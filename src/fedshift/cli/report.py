@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from fedshift.cli.errors import Command, add_force_flag
 from fedshift.cli.run import csv
@@ -29,10 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fedshift.core.outputs import FIGURE, check_output
-    from fedshift.report.aggregate import csv_text, find_summaries, markdown, table
+    from fedshift.report.aggregate import find_summaries
     from fedshift.report.curves import plot_curves
+    from fedshift.report.experiments import report_text
     from fedshift.report.paper import paper_lines
-    from fedshift.report.selection import has_grid, points_table, selection_markdown
 
     if args.plot:
         check_output(args.plot, FIGURE, "--plot", force=args.force)
@@ -54,14 +55,10 @@ def run(args: argparse.Namespace) -> int:
             f"the summaries have: {', '.join(metrics)}"
         )
     rows = csv(args.rows) if args.rows else None
-    if has_grid(summaries):  # a grid sweep: per grid point, then the selected ones
-        if args.format == "md":
-            print(selection_markdown(summaries, args.metric, rows))
-        else:
-            print(csv_text(*points_table(summaries, args.metric, rows)))
-    else:
-        header, body = table(summaries, args.metric, rows)
-        print(markdown(header, body) if args.format == "md" else csv_text(header, body))
+    text, notes = report_text(summaries, args.metric, rows, args.format)
+    print(text)
+    for note in notes:
+        print(f"fedshift: {note}", file=sys.stderr)
     if args.format == "md":
         for line in paper_lines(summaries):
             print(line)
@@ -73,5 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command(
-    "report", "tables (mean ± std over seeds) from run directories", add_arguments, run
+    "report",
+    "tables (mean ± std over seeds) from run directories, one per kind of experiment",
+    add_arguments,
+    run,
 )

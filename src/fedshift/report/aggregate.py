@@ -54,12 +54,34 @@ def cell(values: list[float], scale: float = 100.0) -> str:
     return f"{scale * m:{spec}} ± {scale * s:{spec}}"
 
 
+def row_of(summary: dict[str, Any]) -> str:
+    """The table row of a summary: the row label the report's experiment kinds gave it
+    (algorithm and the hyperparameters that tell its rows apart), else its algorithm."""
+    return str(summary.get("_row") or summary["algorithm"])
+
+
+def ordered_rows(labels: Iterable[str], algorithms: list[str] | None) -> list[str]:
+    """Row labels sorted, or in the order of ``algorithms`` (each algorithm's labels
+    sorted; rows of other algorithms left out)."""
+    labels = sorted(set(labels))
+    if not algorithms:
+        return labels
+    return [
+        label
+        for algorithm in algorithms
+        for label in labels
+        if label == algorithm or label.startswith(f"{algorithm} (")
+    ]
+
+
 def table(
     summaries: list[dict[str, Any]], metric: str = "target_accuracy", rows: list[str] | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """Rows: algorithm; columns: targets (+ avg); cells: mean ± std over seeds (accuracies
-    and Dice in %, other metrics such as ``bytes_per_round`` as they are).
+    """Rows: algorithm (see :func:`row_of`); columns: targets (+ avg); cells: mean ± std over
+    seeds (accuracies and Dice in %, other metrics such as ``bytes_per_round`` as they are).
 
+    The summaries must be one experiment kind with one run per cell and seed
+    (:func:`fedshift.report.experiments.kinds`); a second run of a cell and seed raises.
     The average column is the mean over targets of each seed's accuracy, then mean ± std over
     seeds (only for seeds that have every target).
     """
@@ -68,10 +90,13 @@ def table(
     for s in summaries:
         if s.get(metric) is None:  # not measured, or not finite (written as null)
             continue
-        by[s["algorithm"]][s["target"]][s["seed"]] = s[metric]
+        seeds = by[row_of(s)][s["target"]]
+        if s["seed"] in seeds:
+            raise ValueError(f"two runs of {row_of(s)} -> {s['target']} with seed {s['seed']}")
+        seeds[s["seed"]] = s[metric]
         if s["target"] not in targets:
             targets.append(s["target"])
-    order = rows or sorted(by)
+    order = ordered_rows(by, rows)
     header = ["method", *targets, "avg"]
     body = []
     for algo in order:
@@ -102,5 +127,3 @@ def csv_text(header: list[str], body: list[list[str]]) -> str:
     text = io.StringIO()
     csv.writer(text, lineterminator="\n").writerows([header, *body])
     return text.getvalue().rstrip("\n")
-
-    return "\n".join(",".join(row) for row in [header, *body])

@@ -1,7 +1,8 @@
 """Per-round curves from run directories: one line per configuration, mean ± std over seeds.
 
 Runs are grouped by their config (``config.json``) minus the seed and the settings that
-do not change what is learned (device, threads, tracking): runs that differ only in the
+do not change what is learned (device, threads, tracking, ...: the tables' rule,
+:data:`fedshift.report.experiments.NOT_EXPERIMENT`): runs that differ only in the
 seed share a line, the mean over them with a ±1 std band (the sample std, as the tables
 use). The legend names each group by algorithm and target, plus every other key that
 differs between the groups (``lr=0.1``).
@@ -22,10 +23,11 @@ from fedshift.core.outputs import FIGURE, check_output, write_figure
 from fedshift.core.runfiles import CONFIG, METRICS, SUMMARY_KEYS, RunFiles, run_dirs_with_metrics
 from fedshift.engine.run.tracking import flatten
 from fedshift.report.aggregate import is_fraction
+from fedshift.report.experiments import NOT_EXPERIMENT
 
 #: config keys that never split runs into groups: the seed is what the band is over, the
-#: others change where and how a run is watched, not what it learns
-NOT_GROUPED = ("seed", "device", "threads", "tracking", "run_info")
+#: others change where and how fast a run goes, not what it learns (the tables' rule)
+NOT_GROUPED = NOT_EXPERIMENT
 #: summary figures derived from a per-round metric: ``target_accuracy_last`` -> its curve
 SUMMARY_SUFFIXES = ("_last", "_oracle")
 

@@ -20,7 +20,15 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from fedshift.report.aggregate import cell, is_fraction, markdown, mean_std, table
+from fedshift.report.aggregate import (
+    cell,
+    is_fraction,
+    markdown,
+    mean_std,
+    ordered_rows,
+    row_of,
+    table,
+)
 
 SOURCE_VAL = "source_val_accuracy"
 #: the label of a run without a grid point (a plain sweep, or defaults)
@@ -43,11 +51,12 @@ Groups = dict[tuple[str, str], dict[str, list[dict[str, Any]]]]
 
 
 def group(summaries: list[dict[str, Any]], metric: str) -> Groups:
-    """(algorithm, target) -> grid label -> the summaries (one per seed) holding ``metric``."""
+    """(row, target) -> grid label -> the summaries (one per seed) holding ``metric``; the
+    row is the algorithm (:func:`~fedshift.report.aggregate.row_of`)."""
     groups: Groups = defaultdict(lambda: defaultdict(list))
     for s in summaries:
         if isinstance(s.get(metric), int | float):
-            groups[(s["algorithm"], s["target"])][grid_label(s)].append(s)
+            groups[(row_of(s), s["target"])][grid_label(s)].append(s)
     return groups
 
 
@@ -94,7 +103,7 @@ def points_table(
     picked = choices(summaries, metric)
     scale = 100.0 if is_fraction(metric) else 1.0
     header = ["method", "target", "grid point", "seeds", "source val", metric, "chosen by"]
-    order = rows or sorted({algorithm for algorithm, _ in groups})
+    order = ordered_rows((row for row, _ in groups), rows)
     body = []
     for algorithm in order:
         for (algo, target), points in groups.items():
