@@ -39,6 +39,7 @@ RANKS = {
 ENGINE_RANKS = {
     "__init__": 0,
     "fault_names": 0,  # one fault vocabulary for both engines
+    "compute": 0,  # device, threads, precision, layout, compile
     "assembly": 1,  # config -> experiment
     "evaluation": 2,  # scores of a round, for the runner and both engines' client scoring
     "federation": 3,  # BaseFederation, every engine's

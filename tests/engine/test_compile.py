@@ -12,8 +12,9 @@ from helpers import cfg, read_history
 
 from fedshift.cli import main
 from fedshift.core.state import load_checkpoint
-from fedshift.engine import assembly
-from fedshift.engine.assembly import ModelBuilder, compile_problem, prepare
+from fedshift.engine import compute
+from fedshift.engine.assembly import ModelBuilder, prepare
+from fedshift.engine.compute import compile_problem
 from fedshift.engine.run.runner import Runner
 from fedshift.models import build_model
 
@@ -42,7 +43,7 @@ def test_compile_is_off_by_default():
 
 
 def test_a_missing_compiler_is_one_line_at_startup(monkeypatch, capsys):
-    monkeypatch.setattr(assembly, "compile_problem", lambda device: "no C++ compiler (test)")
+    monkeypatch.setattr(compute, "compile_problem", lambda device: "no C++ compiler (test)")
     args = ["run", "--dry-run", "--device", "cpu", "--set", "compile=true", "--set", "threads=1"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()

@@ -17,7 +17,8 @@ from fedshift.cli import main
 from fedshift.config import resolve
 from fedshift.core.context import MixedPrecision
 from fedshift.core.state import load_checkpoint
-from fedshift.engine.assembly import prepare, resolve_precision
+from fedshift.engine.assembly import prepare
+from fedshift.engine.compute import resolve_precision
 from fedshift.engine.run.runner import Runner
 from fedshift.pretrain import pretrain
 

@@ -12,7 +12,7 @@ from fedshift.algorithms.toolkit import model_from_record, state_dict_cpu
 from fedshift.core.errors import ConfigError
 from fedshift.core.record import Record
 from fedshift.core.state import load_checkpoint
-from fedshift.engine import assembly
+from fedshift.engine import compute
 from fedshift.engine.assembly import prepare
 from fedshift.engine.evaluation import auto_eval_batch, eval_batch, personal_eval_every
 from fedshift.engine.run.runner import Runner, check_resume_config
@@ -92,15 +92,15 @@ def test_eval_batch_follows_the_split_unless_set(micro_digits):
 
 @pytest.mark.parametrize(("busy", "expected"), [(0.0, 2), (1.0, 1), (0.6, 1), (9.0, 1)])
 def test_default_threads_leave_the_busy_cores_alone(monkeypatch, busy, expected):
-    monkeypatch.setattr(assembly, "usable_cores", lambda: 2)
-    monkeypatch.setattr(assembly, "TORCH_DEFAULT_THREADS", 2)
-    monkeypatch.setattr(assembly, "busy_cores_elsewhere", lambda: busy)
-    assert assembly.free_core_threads() == expected
+    monkeypatch.setattr(compute, "usable_cores", lambda: 2)
+    monkeypatch.setattr(compute, "TORCH_DEFAULT_THREADS", 2)
+    monkeypatch.setattr(compute, "busy_cores_elsewhere", lambda: busy)
+    assert compute.free_core_threads() == expected
 
 
 def test_threads_zero_sets_the_free_cores_and_a_number_wins(monkeypatch, micro_digits):
     before = torch.get_num_threads()
-    monkeypatch.setattr(assembly, "default_threads", lambda: 1)
+    monkeypatch.setattr(compute, "default_threads", lambda: 1)
     try:
         prepare(cfg("fedavg"), dataset=micro_digits)
         assert torch.get_num_threads() == 1
@@ -112,15 +112,15 @@ def test_threads_zero_sets_the_free_cores_and_a_number_wins(monkeypatch, micro_d
 
 def test_threads_zero_is_decided_once_per_process(monkeypatch):
     """Runs of one process use one count, whatever the load does between them."""
-    monkeypatch.setattr(assembly, "_process_threads", None)
+    monkeypatch.setattr(compute, "_process_threads", None)
     busy = iter([0.0, 5.0])
-    monkeypatch.setattr(assembly, "busy_cores_elsewhere", lambda: next(busy))
-    first = assembly.default_threads()
-    assert assembly.default_threads() == first
+    monkeypatch.setattr(compute, "busy_cores_elsewhere", lambda: next(busy))
+    first = compute.default_threads()
+    assert compute.default_threads() == first
 
 
 def test_busy_cores_elsewhere_reads_a_count():
-    assert assembly.busy_cores_elsewhere() >= 0.0
+    assert compute.busy_cores_elsewhere() >= 0.0
 
 
 @pytest.mark.parametrize(

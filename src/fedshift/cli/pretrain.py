@@ -48,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fedshift.config import resolve
-    from fedshift.engine.assembly import load_config_dataset, resolve_device
+    from fedshift.engine.assembly import load_config_dataset
+    from fedshift.engine.compute import resolve_device
     from fedshift.pretrain import check_weights_out, pretrain
 
     check_weights_out(args.out, force=args.force)

@@ -16,7 +16,7 @@ from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import hparam_types
 from fedshift.core.runconfig import RunConfig, check_choice_device
 from fedshift.data.custom import registered_datasets
-from fedshift.engine.assembly import resolve_device
+from fedshift.engine.compute import resolve_device
 from fedshift.sweeps.random_search import random_points, searched_keys
 
 #: run keys a sweep takes from its own options, not from ``--grid``

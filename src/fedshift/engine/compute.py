@@ -1,0 +1,149 @@
+"""Where and how a run computes: its device, the CPU threads torch uses, mixed
+precision, the channels_last layout and torch.compile, each resolved from the run's
+config before any work (a missing prerequisite is one line, exit 2)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+
+from fedshift.core.context import MixedPrecision
+from fedshift.core.errors import ConfigError
+from fedshift.core.runconfig import RunConfig
+
+
+def resolve_device(name: str) -> torch.device:
+    """The run key ``device``: auto is CUDA where available, else the CPU; a CUDA device
+    this machine lacks is a ConfigError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "device 'cuda' requested but CUDA is not available; use --device cpu or auto"
+        )
+    if name.startswith("cuda:"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(name[5:]) >= count:
+            raise ConfigError(
+                f"device {name!r} requested but this machine has {count} CUDA device(s); "
+                "use cuda:0 .. cuda:N-1, cuda, cpu or auto"
+            )
+    return torch.device(name)
+
+
+def resolve_precision(name: str, device: torch.device) -> MixedPrecision:
+    """The run key ``precision`` on ``device``: auto is bf16 on a CUDA device that supports
+    it, fp32 elsewhere."""
+    if name == "auto":
+        bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        name = "bf16" if bf16 else "fp32"
+    return MixedPrecision(name, device.type)
+
+
+def uses_channels_last(mode: str, device: torch.device, model: torch.nn.Module) -> bool:
+    """Whether the run keeps ``model`` in channels_last memory format: ``on``, or ``auto``
+    for a convolutional model on CUDA (cuDNN's fast layout) and on the CPU for a model that
+    asks for it (``cpu_channels_last``: the EfficientNet-Lite backbones, 1.65-1.70x faster
+    there); never for a model without a 2-d convolution."""
+    convolutional = any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+    if mode == "auto":
+        preferred = device.type == "cuda" or getattr(model, "cpu_channels_last", False)
+        return convolutional and preferred
+    return convolutional and mode == "on"
+
+
+def compile_problem(device: torch.device) -> str | None:
+    """Why ``compile=true`` cannot run on ``device`` (None: it can): torch.compile's default
+    backend (inductor) generates C++ on the CPU, so it needs a C++ compiler there, and
+    Triton kernels on CUDA. Checked at startup so that a missing toolchain is one line
+    before any work, not a traceback in the first client's training step."""
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile is not supported on this Python/platform"
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else "torch.compile on CUDA needs Triton, not installed"
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        get_cpp_compiler()
+    except Exception:  # inductor raises InvalidCxxCompiler; any failure means the same
+        return "torch.compile on the CPU needs a C++ compiler (g++, or $CXX): none found"
+    return None
+
+
+def check_compile(cfg: RunConfig, device: torch.device) -> None:
+    """``compile=true``'s prerequisites on the run's device, or a ConfigError (exit 2)."""
+    if not cfg.compile:
+        return
+    problem = compile_problem(device)
+    if problem:
+        raise ConfigError(f"compile=true: {problem}; run with --set compile=false")
+
+
+#: torch's own thread count (one per core), read before any run sets it
+TORCH_DEFAULT_THREADS = torch.get_num_threads()
+#: reads of the run queue behind :func:`busy_cores_elsewhere` (their median), and the pause
+RUN_QUEUE_READS = 5
+RUN_QUEUE_PAUSE_S = 0.01
+
+
+def busy_cores_elsewhere() -> float:
+    """How many cores other processes keep busy now: the smaller of the 1-minute load
+    average and the median of a few reads of the running-task count (less this process),
+    from ``/proc/loadavg``; 0 where it cannot be read (not Linux). The instant count keeps
+    an earlier run in this same process from counting as a competitor."""
+    try:
+        reads = []
+        for i in range(RUN_QUEUE_READS):
+            if i:
+                time.sleep(RUN_QUEUE_PAUSE_S)
+            with open("/proc/loadavg", encoding="ascii") as f:
+                fields = f.read().split()
+            reads.append(int(fields[3].split("/")[0]) - 1)
+        return max(0.0, min(float(fields[0]), float(statistics.median(reads))))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def free_core_threads() -> int:
+    """Torch's default thread count (one per core), capped at the cores other processes
+    leave free now. A thread per core beside a busy process makes every thread wait for the
+    slowest one: measured 6x slower on 2 cores (benchmarks/threads_contention.py)."""
+    free = usable_cores() - round(busy_cores_elsewhere())
+    return max(1, min(TORCH_DEFAULT_THREADS, free))
+
+
+#: the thread count of ``threads=0`` in this process, decided by its first run
+_process_threads: int | None = None
+
+
+def default_threads() -> int:
+    """The CPU threads of ``threads=0``: :func:`free_core_threads` at this process's first
+    run, then the same for every later run in it (a sweep, a stop and resume, the tests), so
+    runs of one process agree bit for bit (float results depend on the thread count)."""
+    global _process_threads
+    if _process_threads is None:
+        _process_threads = free_core_threads()
+    return _process_threads
+
+
+def set_run_threads(threads: int) -> int:
+    """Set torch's CPU threads for a run whose config says ``threads`` (0: the default
+    count, :func:`default_threads`); the count set."""
+    count = threads if threads > 0 else default_threads()
+    torch.set_num_threads(count)
+    return count
