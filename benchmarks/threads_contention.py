@@ -1,11 +1,10 @@
 """Seconds per round of a short main job by CPU-thread rule, idle and beside one busy process.
 
 Runs ``fedshift run --rounds 2 --set client_data_fraction=0.2`` (FedAvg on digits-dg, target
-mnistm, the CPU) with ``threads`` = torch's default (the old rule of ``threads=0``: one per
-core), ``threads=0`` (the new rule: capped at the cores other processes leave free) and
-``threads=1``, each idle and beside a Python busy loop, as interleaved repetitions (every
-rule once per condition per repetition, so a change of the machine's load hits all rules
-alike). Per case: the median over repetitions of the mean ``seconds`` of the rounds in
+mnistm, the CPU) with ``threads`` = torch's default (one per core) and ``threads=0`` (the
+default: one thread), each idle and beside a Python busy loop, as interleaved repetitions
+(every rule once per condition per repetition, so a change of the machine's load hits all
+rules alike). Per case: the median over repetitions of the mean ``seconds`` of the rounds in
 metrics.jsonl (training and evaluation, not loading), and the load average around it.
 
     python benchmarks/threads_contention.py [--repeats 3] [--rounds 2]
@@ -46,9 +45,8 @@ def main() -> None:
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
     rules = {
-        f"old (threads={torch.get_num_threads()})": torch.get_num_threads(),
-        "new (threads=0)": 0,
-        "threads=1": 1,
+        f"torch's default (threads={torch.get_num_threads()})": torch.get_num_threads(),
+        "default (threads=0: one)": 0,
     }
     print(f"{cores} usable cores; load average at start {os.getloadavg()}")
     times: dict[tuple[str, str], list[float]] = {}

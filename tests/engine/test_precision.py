@@ -152,7 +152,10 @@ def test_channels_last_on_converts_conv_weights_and_auto_is_off_on_the_cpu(tiny_
 
 def test_dry_run_names_the_precision(capsys):
     assert main(["run", "--dry-run", "--set", "precision=bf16", "--device", "cpu"]) == 0
-    assert "# training: precision bf16 on cpu; contiguous models" in capsys.readouterr().out
+    assert (
+        "# training: precision bf16 on cpu, 1 CPU thread; contiguous models"
+        in capsys.readouterr().out
+    )
 
 
 def test_an_unknown_precision_is_one_line(capsys):

@@ -60,6 +60,7 @@ def csv(text: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from fedshift.config import resolve, resolve_resume
+    from fedshift.core.runfiles import RunFiles
     from fedshift.engine.run.rundir import check_run_dir
     from fedshift.engine.run.runner import run_experiment
     from fedshift.report.table import format_summary
@@ -88,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(format_summary(summary))
+    used = (RunFiles(out_dir).read_config() or {}).get("run_info", {}).get("threads")
+    if isinstance(used, int):
+        print(f"CPU threads: {used} (the numbers depend on the count; --set threads=N)")
     line = preset_paper_line(cfg.preset, summary)
     if line:
         print(line)
@@ -108,6 +112,10 @@ def preset_paper_line(preset: str, summary: dict) -> str | None:
     if summary.get("algorithm") != loaded.algorithm:  # the paper's number is not this one's
         return None
     return paper_line(loaded.meta, [summary])
+
+
+def threads(count: int) -> str:
+    return f"{count} CPU thread" if count == 1 else f"{count} CPU threads"
 
 
 def print_task(cfg) -> None:
@@ -134,7 +142,7 @@ def print_task(cfg) -> None:
     print("# clients per domain: " + ", ".join(f"{d} {n}" for d, n in per_domain.items()))
     layout = "channels_last" if info["channels_last"] else "contiguous"
     compiled = "compiled (torch.compile)" if info["compile"] else "eager"
-    where = f"precision {info['precision']} on {info['device']}"
+    where = f"precision {info['precision']} on {info['device']}, {threads(info['threads'])}"
     print(f"# training: {where}; {layout} models; {compiled}")
     clients = vectorize_summary(cfg.vectorize, exp.device, exp.precision.name, cfg.compile)
     print(f"# clients: {clients}")

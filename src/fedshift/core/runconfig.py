@@ -346,8 +346,8 @@ class RunConfig:
     )
     threads: int = key(
         0,
-        "CPU threads for torch; 0: torch's default (one per core) capped at the cores other "
-        "processes leave free",
+        "CPU threads for torch; 0: one, whatever the machine's cores and load (the same "
+        "numbers on an idle and a busy machine)",
         group="hardware",
         resume=MAY_CHANGE,
     )

@@ -273,8 +273,8 @@ def run_info(
         "torch_version": torch.__version__,
         "python": platform.python_version(),
         "device": str(device),
-        # the CPU threads the run used (threads=0 picks them from the free cores): float
-        # results depend on it, so --resume of a threads=0 run keeps it
+        # the CPU threads the run used (threads=0: one): float results depend on it, so
+        # --resume of a threads=0 run keeps it (a run from before threads=0 meant one)
         "threads": torch.get_num_threads(),
         "sources": scenario.sources,
         "targets": scenario.targets,

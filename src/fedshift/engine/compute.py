@@ -4,10 +4,6 @@ config before any work (a missing prerequisite is one line, exit 2)."""
 
 from __future__ import annotations
 
-import os
-import statistics
-import time
-
 import torch
 
 from fedshift.core.context import MixedPrecision
@@ -86,64 +82,21 @@ def check_compile(cfg: RunConfig, device: torch.device) -> None:
         raise ConfigError(f"compile=true: {problem}; run with --set compile=false")
 
 
-#: torch's own thread count (one per core), read before any run sets it
-TORCH_DEFAULT_THREADS = torch.get_num_threads()
-#: reads of the run queue behind :func:`busy_cores_elsewhere` (their median), and the pause
-RUN_QUEUE_READS = 5
-RUN_QUEUE_PAUSE_S = 0.01
+#: the CPU threads of ``threads=0`` (the default): one, whatever the machine's cores and
+#: load. Float results depend on the thread count, so a count chosen from the load (the
+#: rule before) gave the same command other numbers on a busy machine than on an idle one;
+#: and a thread per core beside a busy process made every parallel region wait for the
+#: thread sharing its core (the main job 6x slower on 2 cores). ``threads=N`` sets N.
+DEFAULT_THREADS = 1
 
 
-def busy_cores_elsewhere() -> float:
-    """How many cores other processes keep busy now: the smaller of the 1-minute load
-    average and the median of a few reads of the running-task count (less this process),
-    from ``/proc/loadavg``; 0 where it cannot be read (not Linux). The instant count keeps
-    an earlier run in this same process from counting as a competitor."""
-    try:
-        reads = []
-        for i in range(RUN_QUEUE_READS):
-            if i:
-                time.sleep(RUN_QUEUE_PAUSE_S)
-            with open("/proc/loadavg", encoding="ascii") as f:
-                fields = f.read().split()
-            reads.append(int(fields[3].split("/")[0]) - 1)
-        return max(0.0, min(float(fields[0]), float(statistics.median(reads))))
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, e.g. a container's share)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def free_core_threads() -> int:
-    """Torch's default thread count (one per core), capped at the cores other processes
-    leave free now. A thread per core beside a busy process makes every thread wait for the
-    slowest one: measured 6x slower on 2 cores (benchmarks/threads_contention.py)."""
-    free = usable_cores() - round(busy_cores_elsewhere())
-    return max(1, min(TORCH_DEFAULT_THREADS, free))
-
-
-#: the thread count of ``threads=0`` in this process, decided by its first run
-_process_threads: int | None = None
-
-
-def default_threads() -> int:
-    """The CPU threads of ``threads=0``: :func:`free_core_threads` at this process's first
-    run, then the same for every later run in it (a sweep, a stop and resume, the tests), so
-    runs of one process agree bit for bit (float results depend on the thread count)."""
-    global _process_threads
-    if _process_threads is None:
-        _process_threads = free_core_threads()
-    return _process_threads
+def run_threads(threads: int) -> int:
+    """The CPU threads of a run whose config says ``threads`` (0: :data:`DEFAULT_THREADS`)."""
+    return threads if threads > 0 else DEFAULT_THREADS
 
 
 def set_run_threads(threads: int) -> int:
-    """Set torch's CPU threads for a run whose config says ``threads`` (0: the default
-    count, :func:`default_threads`); the count set."""
-    count = threads if threads > 0 else default_threads()
+    """Set torch's CPU threads for a run whose config says ``threads``; the count set."""
+    count = run_threads(threads)
     torch.set_num_threads(count)
     return count

@@ -122,7 +122,6 @@ class Worker:
         self.tasks = 0
         self.rejected = 0
         self.listener: socket.socket | None = None
-        self.default_threads = 0
 
     def _write_secret(self) -> None:
         tmp = self.paths.secret.with_name(f".{self.paths.secret.name}.{os.getpid()}")
@@ -166,11 +165,10 @@ class Worker:
             life.truncate(0)
             life.write(f"{os.getpid()}\n")
             life.flush()
-            import torch  # the imports this worker exists to keep
+            import torch  # noqa: F401 - the imports this worker exists to keep
 
             from fedshift.engine.flower import clientapp  # noqa: F401
 
-            self.default_threads = torch.get_num_threads()
             self._write_secret()
             self._listen()
             log(f"serving {self.paths.socket} for SuperNode pid {self.supernode}")
@@ -306,8 +304,7 @@ class Worker:
         return context, float(timeout)
 
     def _run(self, conn: socket.socket, content, context, timeout: float) -> None:
-        import torch
-
+        from fedshift.engine.compute import set_run_threads
         from fedshift.engine.flower.clientapp import GRACE, answer, experiment_of
 
         watchdog = None
@@ -316,9 +313,8 @@ class Worker:
             watchdog.daemon = True
             watchdog.start()
         try:
-            # a run config with threads=0 gets torch's default, whatever an earlier run set
-            threads = experiment_of(context).cfg.threads
-            torch.set_num_threads(threads if threads > 0 else self.default_threads)
+            # the run's own count, whatever an earlier run of this worker set
+            set_run_threads(experiment_of(context).cfg.threads)
             reply = answer(content, context)
         except Exception as exc:  # noqa: BLE001 - the task's failure goes back to the ClientApp
             log(f"task failed: {exc.__class__.__name__}: {exc}")
