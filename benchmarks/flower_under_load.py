@@ -6,7 +6,8 @@ test files (default: the two that failed on a loaded 2-core machine in issue 35,
 each try with a fresh temp folder, so every try starts its own SuperLink, SuperNodes and
 workers and builds its own digits-dg cache. Prints one line per try (pytest's outcome,
 wall seconds, load average before and after) and exits 1 if any try failed; each try's
-pytest output is kept in ``--logs``. The busy loops are stopped at the end, whatever happens.
+pytest output is kept in ``--logs``, and a failed try's temp folder (the Flower logs) too.
+The busy loops are stopped at the end, whatever happens.
 
     python benchmarks/flower_under_load.py [--busy 2] [--repeats 5] [--logs DIR] [TEST ...]
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,17 +57,17 @@ def main() -> int:
         for attempt in range(1, args.repeats + 1):
             before = load()
             started = time.monotonic()
-            with tempfile.TemporaryDirectory(prefix="flower-under-load-") as tmp:
-                command = [
-                    sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "--basetemp", str(Path(tmp) / "pytest"), *args.tests,
-                ]  # fmt: skip
-                done = subprocess.run(
-                    command, cwd=REPO, capture_output=True, text=True, check=False
-                )
+            basetemp = logs / f"try-{attempt}"
+            command = [
+                sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                "--basetemp", str(basetemp), *args.tests,
+            ]  # fmt: skip
+            done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
             seconds = time.monotonic() - started
             (logs / f"try-{attempt}.log").write_text(done.stdout + done.stderr)
             failed += done.returncode != 0
+            if done.returncode == 0:
+                shutil.rmtree(basetemp, ignore_errors=True)
             print(
                 f"try {attempt}: exit {done.returncode}, {outcome(done.stdout)}; "
                 f"{seconds:.0f} s wall, load average {before} before, {load()} after",

@@ -104,3 +104,18 @@ def test_corrupt_cache_is_rebuilt(tmp_path, run, caplog, damage):
     assert any("rebuilding" in r.getMessage() for r in caplog.records)
     assert_same(again, build())
     assert np.load(target, allow_pickle=False).dtype == np.uint8
+
+
+def test_a_late_builder_leaves_the_published_cache_alone(tmp_path, run):
+    """Three SuperNodes of one machine share the cache and may build it at once: the one
+    that finishes last uses the cache published first, never deletes it under the nodes
+    reading it (before, it did: under load a node's task failed with "1-test-x.npy is
+    missing")."""
+    cfg, opts, build, builds = run
+    first = node_cache.node_dataset(cfg, opts.max_samples, tmp_path, build)
+    folder = tmp_path / "flower-node" / node_cache.cache_key(cfg, opts.max_samples)
+    files = {p.name: p.stat().st_ino for p in folder.iterdir()}
+    assert node_cache.write_cache(build(), folder) is False  # a late builder's cache
+    assert {p.name: p.stat().st_ino for p in folder.iterdir()} == files
+    assert [p.name for p in tmp_path.joinpath("flower-node").iterdir()] == [folder.name]
+    assert_same(node_cache.node_dataset(cfg, opts.max_samples, tmp_path, build), first)

@@ -13,12 +13,16 @@ than RAM + swap).
 Checksums are verified when a file is first opened after it changed: a ``verified.json``
 stamp records each file's size and modification time at its last full check, so an
 unchanged cache costs no hashing, and a truncated, edited or missing file fails the check
-and the cache is rebuilt (logged). Building goes to a temporary folder renamed into place,
-so concurrent builders never leave a half-written cache.
+and the cache is rebuilt (logged). Building goes to a temporary folder renamed into place
+only where no cache is (the SuperNodes of one machine share it): concurrent builders never
+leave a half-written cache, and a late builder uses the cache published first instead of
+deleting it under a process that reads it (before, it did: under load the first node's
+task failed with "1-test-x.npy is missing").
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -89,8 +93,11 @@ def _save(path: Path, images: Images, rows_at_once: int = 1024) -> None:
     del out
 
 
-def write_cache(dataset: DomainDataset, folder: Path) -> None:
-    """Write ``dataset`` into ``folder`` (built in a temporary sibling, then renamed)."""
+def write_cache(dataset: DomainDataset, folder: Path) -> bool:
+    """Write ``dataset`` into ``folder``: built in a temporary sibling, then renamed into
+    place only if ``folder`` does not exist. False when it does (another SuperNode on this
+    machine published the same cache meanwhile): nothing is replaced, so a cache another
+    process is reading never disappears under it."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
@@ -118,10 +125,26 @@ def write_cache(dataset: DomainDataset, folder: Path) -> None:
             "files": files,
         }
         (build / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(build, folder)
+        try:
+            os.rename(build, folder)  # atomic; refused when folder exists and holds files
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            return False
+        return True
     finally:
         shutil.rmtree(build, ignore_errors=True)
+
+
+def retire(folder: Path) -> None:
+    """Move an invalid cache aside (one atomic rename) and delete it; a process still
+    reading its files keeps them until it closes them."""
+    stale = folder.with_name(f".{folder.name}-stale-{os.getpid()}")
+    try:
+        os.rename(folder, stale)
+    except FileNotFoundError:
+        return  # another process retired it first
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 def _strings(value: Any) -> bool:
@@ -227,15 +250,21 @@ def node_dataset(cfg: RunConfig, max_samples: int, cache_root: Path, build) -> D
     """The run's dataset from the node cache under ``cache_root``, built by ``build()``
     (and written) when the cache is missing or fails its checks."""
     folder = Path(cache_root) / "flower-node" / cache_key(cfg, max_samples)
-    if (folder / MANIFEST).is_file():
+    if folder.exists():
         try:
             return open_cache(folder)
         except CacheInvalid as exc:
             log.warning("node dataset cache %s is invalid (%s); rebuilding it", folder, exc)
+            retire(folder)
     dataset = build()
-    try:
-        write_cache(dataset, folder)
-    except OSError as exc:
-        log.warning("cannot write the node dataset cache %s (%s); using memory", folder, exc)
-        return dataset
-    return open_cache(folder)
+    for _ in range(2):
+        try:
+            write_cache(dataset, folder)  # False: another node published it meanwhile
+            return open_cache(folder)
+        except CacheInvalid as exc:
+            log.warning("node dataset cache %s is invalid (%s); rebuilding it", folder, exc)
+            retire(folder)
+        except OSError as exc:
+            log.warning("cannot write the node dataset cache %s (%s); using memory", folder, exc)
+            return dataset
+    return dataset
