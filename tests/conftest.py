@@ -26,6 +26,16 @@ for _folder in sorted(Path(__file__).resolve().parent.rglob("*")):
             sys.path.append(str(_folder))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Every test's default cache (``$FEDSHIFT_CACHE``) is a temp folder, never the user's
+    ``~/.cache/fedshift`` (tests that need the built digits-dg set it to ``digits_cache``)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("FEDSHIFT_CACHE", str(tmp_path_factory.mktemp("default-cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def digits_cache(tmp_path_factory) -> str:
     """A temp cache. ``$FEDSHIFT_TEST_CACHE`` may name a folder holding a built digits-dg

@@ -113,3 +113,34 @@ def test_a_seed_counts_once_and_hyperparameters_split_rows(tmp_path, capsys):
         f"fedshift: {runs / 'b/fedavg-s0'} repeats the experiment and seed of "
         f"{runs / 'a/fedavg-s0'}: counted once"
     ]
+
+
+def test_the_mean_of_the_last_rounds_says_what_it_covers():
+    """A run of fewer than 5 rounds does not claim a mean of the last 5."""
+    from fedshift.report.table import format_summary
+
+    def text(rounds):
+        summary = {
+            "algorithm": "fedavg", "dataset": "digits-dg", "protocol": "lodo",
+            "target": "mnistm", "seed": 0, "rounds": rounds, "selected_round": 1,
+            "per_domain_accuracy": {"mnistm": 0.5}, "target_accuracy": 0.5,
+            "target_accuracy_last": 0.5, "target_accuracy_last5": 0.5,
+            "target_accuracy_oracle": 0.5, "oracle_round": 1, "bytes_up": 1.0,
+            "bytes_down": 1.0, "wall_seconds": 1.0, "samples_per_second": 1.0,
+        }  # fmt: skip
+        return [line for line in format_summary(summary).splitlines() if "mean of" in line]
+
+    assert text(1) == []
+    assert text(3) == ["target accuracy (mean of all evaluated rounds, fewer than 5): 50.00"]
+    assert text(30) == ["target accuracy (mean of the last 5 evaluated rounds): 50.00"]
+
+
+def test_datasets_list_prints_commands_that_run():
+    """The printed command names a target of the dataset (the default, mnistm, is
+    digits-dg's) and a segmentation set's problem and model."""
+    from fedshift.cli.datasets import dataset_lines
+
+    runs = {line.name: line.runs for line in dataset_lines()}
+    assert runs["pacs"] == "fedshift run -d pacs -t art_painting --set data_root=PATH"
+    assert runs["office-home"].startswith("fedshift run -d office-home -t Art ")
+    assert "--set problem=segmentation --model unet" in runs["fundus"]

@@ -27,6 +27,18 @@ class DatasetLine:
     split: str = ""
 
 
+def catalog_run_line(entry) -> str:
+    """The command that runs a catalog dataset as printed: its first domain as the target
+    (the default target, mnistm, is digits-dg's), segmentation sets with their model."""
+    import shlex
+
+    from fedshift.data.catalog.elcfs import SETS as SEGMENTATION_SETS
+
+    target = f" -t {shlex.quote(entry.domains[0])}" if len(entry.domains) > 1 else ""
+    task = " --set problem=segmentation --model unet" if entry.name in SEGMENTATION_SETS else ""
+    return f"fedshift run -d {entry.name}{target}{task} --set data_root=PATH"
+
+
 def dataset_lines() -> list[DatasetLine]:
     """Every dataset ``-d`` accepts: the catalog (read from your copy), the built-in one,
     the registered and plug-in ones, then any folder PATH."""
@@ -38,7 +50,7 @@ def dataset_lines() -> list[DatasetLine]:
         DatasetLine(
             entry.name,
             entry.source,
-            runs=f"fedshift run -d {entry.name} --set data_root=PATH",
+            runs=catalog_run_line(entry),
             resolution=entry.resolution,
             domains=entry.domain_line(),
             classes=entry.class_line(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import re
 import sys
 import textwrap
@@ -109,6 +110,10 @@ def run_command(command: Command, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("fedshift: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `fedshift list models | head`: the reader stopped, no error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush at exit either
+        return 1
     except StorageError as exc:
         then = command.after_write_error(args, exc.path.parent)
         return fail(f"{exc}; {storage_advice(exc)}, then {then}")

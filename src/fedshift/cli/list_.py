@@ -59,7 +59,8 @@ TABLES = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=sorted([*TABLES, "datasets"]))
+    choices = sorted([*TABLES, "datasets"])
+    parser.add_argument("what", choices=choices, metavar="{" + ",".join(choices) + "}")
 
 
 def run(args: argparse.Namespace) -> int:

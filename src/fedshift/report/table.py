@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedshift.engine.run.selection import LAST_ROUNDS_MEAN
+
 
 def _pct(value: Any) -> str:
     return f"{100 * value:.2f}" if isinstance(value, float) else "-"
@@ -39,8 +41,16 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"round {summary['selected_round']}): "
         f"{_pct(summary['target_accuracy'])}",
         f"target {score} (last round): {_pct(summary['target_accuracy_last'])}",
-        f"target {score} (mean of the last 5 evaluated rounds): "
-        f"{_pct(summary.get('target_accuracy_last5'))}",
+    ]
+    rounds = summary.get("rounds")
+    if not isinstance(rounds, int) or rounds >= LAST_ROUNDS_MEAN:
+        span = f"the last {LAST_ROUNDS_MEAN} evaluated rounds"
+    else:  # a short run: the mean covers all its evaluated rounds (one: the last round)
+        span = f"all evaluated rounds, fewer than {LAST_ROUNDS_MEAN}" if rounds > 1 else ""
+    if span:
+        mean = _pct(summary.get("target_accuracy_last5"))
+        lines.append(f"target {score} (mean of {span}): {mean}")
+    lines += [
         f"target {score} (oracle, round {summary['oracle_round']}; uses target labels): "
         f"{_pct(summary['target_accuracy_oracle'])}",
     ]
