@@ -317,6 +317,19 @@ def test_flower_engine_equals_simulation_in_process(tmp_path, digits_cache, task
         assert (Path(out) / name).is_file(), name
 
 
+def test_an_in_process_clientapp_never_interrupts_its_host(
+    tmp_path, digits_cache, task_identity, monkeypatch
+):
+    """The ClientApp's round-timeout watchdog ends a per-message ClientApp process with
+    SIGINT; called inside a long-lived process (this in-process grid) it must not fire,
+    however long a task takes beyond the round timeout (before, on a busy machine it
+    interrupted pytest: RunInterrupted)."""
+    monkeypatch.setattr(clientapp, "GRACE", 0.0)
+    rc = run_config(tmp_path, "flower", digits_cache, rounds=1, **{"round-timeout": 0.01})
+    summary, _ = run_on_grid(LocalGrid(rc), rc)
+    assert summary["failed_clients"] == 0
+
+
 class OvertakingGrid(LocalGrid):
     """Hands over one reply per pull, each pushed message's neighbour first (positions
     1, 0, 3, 2, ...), and logs every pull and every folded reply in ``events``."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import signal
 import sys
 import threading
@@ -81,7 +82,10 @@ def handle(message: Message, context: Context) -> Message:
         # the SuperNode's log: the ClientApp process writes to the SuperNode's stderr
         print(f"fedshift: the ServerApp refused this SuperNode: {reason}", file=sys.stderr)
         return Message(RecordDict(), reply_to=message)
-    with give_up_after(finite_or_none(control.get("timeout")) or 0.0):
+    limit = finite_or_none(control.get("timeout")) or 0.0
+    if resident.supernode_pid() == os.getpid():
+        limit = 0.0  # called inside a long-lived process (an in-process grid): never end it
+    with give_up_after(limit):
         content = None
         if resident.enabled(context.node_config):
             content = resident.forward(message.content, context)
@@ -150,7 +154,9 @@ GRACE = 5.0
 @contextlib.contextmanager
 def give_up_after(timeout: float) -> Iterator[None]:
     """Within this block, end the ClientApp process once the server can no longer use
-    its reply.
+    its reply (only a per-message ClientApp process: :func:`handle` passes 0, no watchdog,
+    where the ClientApp is called inside a long-lived process, whose SIGINT would stop it
+    all; before, an in-process test grid on a busy machine interrupted pytest itself).
 
     Flower 1.41 does not stop a running ClientApp when its run is stopped or failed (the
     SuperNode drops the late reply with "Run ... is not in RUNNING status"), so a long
