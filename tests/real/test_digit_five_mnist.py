@@ -7,9 +7,6 @@ points it at ``../shared/datasets``), and is skipped with the reason otherwise.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -24,33 +21,22 @@ pytestmark = pytest.mark.real
 TRAIN_CLASS_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 
 
-@pytest.fixture(scope="module")
-def root() -> Path:
-    base = os.environ.get("FEDSHIFT_REAL_DATA")
-    if not base:
-        pytest.skip("real tier: set FEDSHIFT_REAL_DATA to a folder holding digit-five/mnist/")
-    root = Path(base) / "digit-five"
-    if not (root / "mnist").is_dir():
-        pytest.skip(f"real tier: no MNIST copy (digit-five/mnist/) under {base}")
-    return root
-
-
-def test_check_counts_the_official_files(root, capsys):
-    assert check_dataset("digit-five", root, ["mnist"]) == (
+def test_check_counts_the_official_files(mnist_root, capsys):
+    assert check_dataset("digit-five", mnist_root, ["mnist"]) == (
         {"mnist": {"train": 60_000, "test": 10_000}},
         [],
     )
-    assert main(["datasets", "check", "digit-five:mnist", "--root", str(root)]) == 0
+    assert main(["datasets", "check", "digit-five:mnist", "--root", str(mnist_root)]) == 0
     captured = capsys.readouterr()
     assert captured.out == "mnist: train 60000, test 10000\n" and captured.err == ""
-    path = find_idx(root / "mnist", "train-labels-idx1-ubyte", "the official MNIST files")
+    path = find_idx(mnist_root / "mnist", "train-labels-idx1-ubyte", "the official MNIST files")
     (count,), labels = read_idx(path, "labels", False)
     digits = np.frombuffer(labels, dtype=np.uint8)
     assert count == 60_000 and np.bincount(digits, minlength=10).tolist() == TRAIN_CLASS_COUNTS
 
 
-def test_load_follows_the_kd3a_caps(root, tmp_path):
-    ds = load_dataset("digit-five:mnist", data_root=root, cache_dir=tmp_path)
+def test_load_follows_the_kd3a_caps(mnist_root, tmp_path):
+    ds = load_dataset("digit-five:mnist", data_root=mnist_root, cache_dir=tmp_path)
     mnist = ds.domains["mnist"]
     assert list(ds.domains) == ["mnist"] and ds.meta["count_warnings"] == []
     assert len(mnist.train) + len(mnist.val) == 25_000 and len(mnist.test) == 9_000

