@@ -87,7 +87,8 @@ def test_both_dataset_listings_print_the_catalog_built_in_registered_and_folder(
     assert capsys.readouterr().out == listed
     for entry in CATALOG.values():
         assert f"{entry.name}  [{entry.resolution} px]  {entry.source}" in listed
-        assert f"fedshift run -d {entry.name} --set data_root=PATH" in listed
+        command = re.search(rf"runs:    fedshift run -d {re.escape(entry.name)} (.*)", listed)
+        assert command and command.group(1).endswith("--set data_root=PATH"), entry.name
     assert "digits-dg  [32 px]  built in" in listed
     assert "cli-listed  registered: a test's own set" in listed
     assert "PATH  [64 px]" in listed

@@ -113,7 +113,10 @@ def test_catalog_lists_both_sets_with_their_layout(capsys):
     assert main(["datasets", "list"]) == 0
     out = capsys.readouterr().out
     assert "fundus  [384 px]" in out and "prostate  [384 px]" in out
-    assert "fedshift run -d fundus --set data_root=PATH" in out
+    assert (
+        "fedshift run -d fundus -t client1 --set problem=segmentation --model unet "
+        "--set data_root=PATH"
+    ) in out
 
 
 def test_check_counts_splits_and_official_count_warnings(tmp_path, capsys):
