@@ -161,7 +161,7 @@ class RunConfig:
     )
     protocol: str = key(
         "lodo",
-        "the evaluation protocol: lodo, personalized, msst, per-domain (fedshift.scenarios)",
+        "the evaluation protocol: lodo, personalized, msst, per-domain",
         group="task",
     )
     problem: Problem = key(
