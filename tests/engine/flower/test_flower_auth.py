@@ -106,6 +106,17 @@ def flwr_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def control_api_up(cluster: Cluster) -> bool:
+    """Whether the SuperLink's Control API answers: ``flwr supernode list --format json``
+    exits 0 also when it cannot connect (Flower 1.41), saying so in its JSON, so the JSON's
+    ``success`` decides (under load the SuperLink takes seconds to start)."""
+    listed = flwr_cli(cluster, "supernode", "list", "--format", "json")
+    try:
+        return listed.returncode == 0 and json.loads(listed.stdout).get("success") is True
+    except json.JSONDecodeError:
+        return False
+
+
 def wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -156,7 +167,7 @@ def test_only_registered_supernodes_connect(tmp_path_factory, digits_cache):
             f'address = "127.0.0.1:{cluster.port}"\nroot-certificates = "{tls["ca"]}"\n'
         )
         wait_for(
-            lambda: flwr_cli(cluster, "supernode", "list", "--format", "json").returncode == 0,
+            lambda: control_api_up(cluster),
             90,
             "the SuperLink's Control API over TLS",
         )

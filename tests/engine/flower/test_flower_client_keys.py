@@ -31,7 +31,13 @@ from test_flower import (  # noqa: E402
     task_identity,  # noqa: F401 - a fixture, used by name
     wait_run,
 )
-from test_flower_auth import flwr_cli, make_node_key, make_tls, wait_for  # noqa: E402
+from test_flower_auth import (  # noqa: E402
+    control_api_up,
+    flwr_cli,
+    make_node_key,
+    make_tls,
+    wait_for,
+)
 
 from fedshift.core.errors import ConfigError  # noqa: E402
 from fedshift.engine.flower.client_keys import load_client_keys  # noqa: E402
@@ -190,7 +196,7 @@ def test_e2e_an_unbound_registered_node_is_refused_on_loopback(tmp_path_factory,
             f'address = "127.0.0.1:{cluster.port}"\nroot-certificates = "{tls["ca"]}"\n'
         )
         wait_for(
-            lambda: flwr_cli(cluster, "supernode", "list", "--format", "json").returncode == 0,
+            lambda: control_api_up(cluster),
             90,
             "the SuperLink's Control API over TLS",
         )
