@@ -124,6 +124,28 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.5)
 
 
+def start_auth_superlink(cluster: Cluster, tls: dict, connection: str) -> None:
+    """A SuperLink with TLS and SuperNode authentication, the CLI's config naming it
+    ``connection``, and its Control API answering."""
+    cluster.spawn(
+        "superlink",
+        [
+            flower_bin("flower-superlink"),
+            *("--host", "127.0.0.1", "--port", str(cluster.port)),
+            *("--ssl-ca-certfile", str(tls["ca"]), "--ssl-certfile", str(tls["cert"])),
+            *("--ssl-keyfile", str(tls["key"]), "--enable-supernode-auth"),
+            "--disable-runtime-dependency-installation",
+        ],
+    )
+    home = cluster.root / "home-cli"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{connection}"\n\n[superlink.{connection}]\n'
+        f'address = "127.0.0.1:{cluster.port}"\nroot-certificates = "{tls["ca"]}"\n'
+    )
+    wait_for(lambda: control_api_up(cluster), 90, "the SuperLink's Control API over TLS")
+
+
 @pytest.mark.flower
 def test_only_registered_supernodes_connect(tmp_path_factory, digits_cache):
     if not shutil.which(flower_bin("flower-superlink")):
@@ -142,35 +164,7 @@ def test_only_registered_supernodes_connect(tmp_path_factory, digits_cache):
         registered_key, registered_pub = make_node_key(certs, "registered")
         stranger_key, _ = make_node_key(certs, "stranger")
     try:
-        cluster.spawn(
-            "superlink",
-            [
-                flower_bin("flower-superlink"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(cluster.port),
-                "--ssl-ca-certfile",
-                str(tls["ca"]),
-                "--ssl-certfile",
-                str(tls["cert"]),
-                "--ssl-keyfile",
-                str(tls["key"]),
-                "--enable-supernode-auth",
-                "--disable-runtime-dependency-installation",
-            ],
-        )
-        home = cluster.root / "home-cli"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            '[superlink]\ndefault = "local-tls"\n\n[superlink.local-tls]\n'
-            f'address = "127.0.0.1:{cluster.port}"\nroot-certificates = "{tls["ca"]}"\n'
-        )
-        wait_for(
-            lambda: control_api_up(cluster),
-            90,
-            "the SuperLink's Control API over TLS",
-        )
+        start_auth_superlink(cluster, tls, "local-tls")
         done = flwr_cli(cluster, "supernode", "register", str(registered_pub), "local-tls")
         assert done.returncode == 0, done.stdout + done.stderr
 

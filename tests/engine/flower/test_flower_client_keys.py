@@ -32,10 +32,10 @@ from test_flower import (  # noqa: E402
     wait_run,
 )
 from test_flower_auth import (  # noqa: E402
-    control_api_up,
     flwr_cli,
     make_node_key,
     make_tls,
+    start_auth_superlink,
     wait_for,
 )
 
@@ -171,35 +171,7 @@ def test_e2e_an_unbound_registered_node_is_refused_on_loopback(tmp_path_factory,
     bindings = certs / "client-keys.toml"
     bindings.write_text("".join(f'{i} = "node{i}.pub"\n' for i in range(3)))
     try:
-        cluster.spawn(
-            "superlink",
-            [
-                flower_bin("flower-superlink"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(cluster.port),
-                "--ssl-ca-certfile",
-                str(tls["ca"]),
-                "--ssl-certfile",
-                str(tls["cert"]),
-                "--ssl-keyfile",
-                str(tls["key"]),
-                "--enable-supernode-auth",
-                "--disable-runtime-dependency-installation",
-            ],
-        )
-        home = cluster.root / "home-cli"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            '[superlink]\ndefault = "local-deployment"\n\n[superlink.local-deployment]\n'
-            f'address = "127.0.0.1:{cluster.port}"\nroot-certificates = "{tls["ca"]}"\n'
-        )
-        wait_for(
-            lambda: control_api_up(cluster),
-            90,
-            "the SuperLink's Control API over TLS",
-        )
+        start_auth_superlink(cluster, tls, "local-deployment")
         for name in names:
             done = flwr_cli(cluster, "supernode", "register", str(node_keys[name][1]))
             assert done.returncode == 0, done.stdout + done.stderr
