@@ -116,7 +116,7 @@ if [ "$dry" -eq 1 ]; then
     --set client_data_fraction=0.05 --rounds 1"
   uda_rounds=1 uda_extra="--set client_data_fraction=0.02" uda_rows=fedavg,fact
 else
-  step gpu-tests 90 "$py" -m pytest -q -m gpu -p no:cacheprovider tests
+  step gpu-tests 90 "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
   step throughput 100 "$py" benchmarks/throughput.py --clients 100 --device cuda \
     --methods sequential,vectorized,fused --repeats 3
   step resnet 150 "$py" benchmarks/data_pipeline.py --parts resnet --size 224 --batch 256 \
