@@ -157,14 +157,17 @@ def train_supervised_stacked(
     cfg, device = ctxs[0].train_cfg, ctxs[0].device
     mu = plans[0].mu
     epochs = cfg.local_epochs if plans[0].epochs is None else plans[0].epochs
-    module = copy.deepcopy(template).to(device).train()
+    # contiguous weights: a channels_last template (channels_last=auto on CUDA) stacked as it
+    # is failed on CUDA ("NYI: querying is_contiguous inside of vmap for memory_format other
+    # than torch.contiguous_format", first GPU window); the layout changes no value
+    module = copy.deepcopy(template).to(device, memory_format=torch.contiguous_format).train()
     names = list(template.state_dict())
     trainable = [n for n, p in template.named_parameters() if p.requires_grad]
     frozen = [n for n, p in template.named_parameters() if not p.requires_grad]
     buffer_names = [n for n in names if n not in trainable and n not in frozen]
 
     def stacked(keys: list[str]) -> dict[str, torch.Tensor]:
-        return {k: torch.stack([p.start[k].to(device) for p in plans]) for k in keys}
+        return {k: torch.stack([p.start[k].to(device) for p in plans]).contiguous() for k in keys}
 
     stack = _Stack(
         params=stacked(trainable),
