@@ -198,3 +198,30 @@ def test_corrupt_checkpoint_is_a_clear_error(in_tmp, capsys):
     err = capsys.readouterr().err
     assert "corrupt or not a fedshift checkpoint" in err
     assert (run_dir / "checkpoint.pt").read_bytes() == b"not a checkpoint"
+
+
+def test_printed_run_commands_of_one_domain_and_writer_sets_run(tmp_path, capsys):
+    """``datasets list``'s run command for CIFAR-10/100 (one domain: personalized clients by
+    label skew) and FEMNIST (writers found in the copy: per domain) runs as printed on a
+    copy in the official layout; before, all three stopped at the default target mnistm."""
+    import shlex
+
+    import test_catalog_cifar as cifar
+    import test_femnist as femnist
+
+    roots = {"cifar10": tmp_path / "c10", "cifar100": tmp_path / "c100"}
+    folder = roots["cifar10"] / "cifar-10-batches-bin"
+    serial = 0
+    for i in range(1, 6):
+        serial = cifar._write(folder / f"data_batch_{i}.bin", list(range(10)) * 10, serial, False)
+    cifar._write(folder / "test_batch.bin", list(range(10)) * 20, serial, False)
+    folder = roots["cifar100"] / "cifar-100-binary"
+    serial = cifar._write(folder / "train.bin", list(range(100)) * 10, 0, True)
+    cifar._write(folder / "test.bin", list(range(100)) * 10, serial, True)
+    roots["femnist"] = femnist._tree(tmp_path / "leaf")
+    assert main(["datasets", "list"]) == 0
+    listed = capsys.readouterr().out
+    for name, root in roots.items():
+        printed = re.search(rf"runs:    (fedshift run -d {name} .*)", listed).group(1)
+        argv = shlex.split(printed.replace("data_root=PATH", f"data_root={root}"))[1:]
+        assert main([*argv, "--dry-run"]) == 0, printed
