@@ -59,6 +59,9 @@ CASES: dict[str, tuple[str, list[str]]] = {
         "fedproto",
         ["--protocol", "personalized", "--partition", "nway-kshot", "--set", "shots=20"],
     ),
+    # client-level DP: DP-FedAvg's model release and FedProto's prototype release
+    "fedavg-dp": ("fedavg", ["--set", "dp_clip=1.0", "--set", "dp_noise=0.5"]),
+    "fedproto-dp": ("fedproto", ["--set", "dp_clip=1.0", "--set", "dp_noise=0.5"]),
     "ditto-personalized": (
         "ditto",
         ["--protocol", "personalized", "--partition", "dirichlet", "--clients-per-domain", "2"],

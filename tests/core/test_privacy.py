@@ -54,6 +54,27 @@ def test_model_noise_has_the_stated_standard_deviation(n):
     assert abs(float(out["w"].mean())) < 4 * expected / math.sqrt(200_000)
 
 
+def test_model_mean_divides_by_the_sampled_count_not_the_replies():
+    """DP-FedAvg's fixed denominator: 2 of 4 sampled clients replied; the mean is over 4
+    (the missing two are zero updates) and the noise is z·C/4, whoever replied."""
+    g = {"w": torch.zeros(2)}
+    clients = [{"w": torch.tensor([3.0, 4.0])}, {"w": torch.tensor([0.5, 0.0])}]
+    out = private_model_mean(
+        g, clients, clip=1.0, noise_multiplier=0.0, generator=torch.Generator(), denominator=4
+    )
+    assert torch.allclose(out["w"], torch.tensor([(0.6 + 0.5) / 4, 0.8 / 4]))
+    big = {"w": torch.zeros(200_000)}
+    gen = torch.Generator().manual_seed(0)
+    noisy = private_model_mean(
+        big, [big], clip=2.0, noise_multiplier=1.5, generator=gen, denominator=4
+    )
+    assert abs(float(noisy["w"].std()) / (1.5 * 2.0 / 4) - 1) < 0.01
+    with pytest.raises(ValueError, match="more client models than the denominator 1"):
+        private_model_mean(g, clients, 1.0, 1.0, torch.Generator(), denominator=1)
+    with pytest.raises(ValueError, match="positive client count"):
+        private_model_mean(g, clients, 1.0, 1.0, torch.Generator(), denominator=0)
+
+
 def test_withheld_classes_are_absent_and_prototypes_are_clipped():
     protos = {0: torch.tensor([6.0, 8.0]), 1: torch.tensor([0.3, 0.4]), 2: torch.ones(2)}
     counts = {0: 10, 1: 5, 2: 2}

@@ -277,17 +277,19 @@ def averaging_round(
     the replies arrive, or what the run's robust ``aggregator`` makes of them (unchanged
     when nobody replied) (:func:`call_and_average`). ``metrics`` maps round metrics to the
     reply metric they average. With ``privacy`` (the run's DP settings) the new model is
-    DP-FedAvg's instead: the uniform mean of the clipped updates plus Gaussian noise, each
-    update clipped and summed as it arrives (:class:`~fedshift.core.privacy.PrivateMean`).
+    DP-FedAvg's instead: the clipped updates summed as they arrive, divided by the number of
+    clients sampled (a failed client is a zero update), plus Gaussian noise
+    (:class:`~fedshift.core.privacy.PrivateMean`).
     """
     sent = Record().with_arrays("model", state.model)
     if privacy is None:
         replies, means = call_and_average(fed, sent, aggregator)
         state.model = means.get("model", state.model)
     else:
-        private = PrivateMean(state.model, privacy.clip)
+        sampled = fed.sample()
+        private = PrivateMean(state.model, privacy.clip, denominator=len(sampled))
         replies = fed.call(
-            "train", fed.sample(), sent, fold=lambda cid, reply: private.add(reply.take("model"))
+            "train", sampled, sent, fold=lambda cid, reply: private.add(reply.take("model"))
         )
         if replies:
             generator = torch_generator(seed, "dp-noise", fed.round)

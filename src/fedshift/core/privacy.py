@@ -76,15 +76,25 @@ def clip_update(update: Tensors, clip: float) -> dict[str, torch.Tensor]:
 class PrivateMean:
     """DP-FedAvg's server step accumulated one client model at a time: each update
     ``m_i − g`` is clipped to ``clip`` and added to a float64 sum as it arrives (a round
-    holds the sum, not every model); :meth:`result` adds the Gaussian noise."""
+    holds the sum, not every model); :meth:`result` divides by ``denominator`` and adds the
+    Gaussian noise. ``denominator`` is the number of clients the round sampled, fixed
+    before any client replies (DP-FedAvg's fixed-denominator estimator): a client that
+    fails counts as a zero update, so neither the mean's scale nor the noise depends on
+    who replied. ``None`` divides by the models added (only for callers whose count is
+    fixed in advance, such as a hand-made list)."""
 
-    def __init__(self, global_model: Tensors, clip: float):
+    def __init__(self, global_model: Tensors, clip: float, denominator: int | None = None):
+        if denominator is not None and denominator < 1:
+            raise ValueError(f"denominator must be a positive client count, got {denominator}")
         self.global_model = global_model
         self.clip = clip
+        self.denominator = denominator
         self.sums = {k: torch.zeros(v.shape, dtype=torch.float64) for k, v in global_model.items()}
         self.count = 0
 
     def add(self, model: Tensors) -> None:
+        if self.denominator is not None and self.count >= self.denominator:
+            raise ValueError(f"more client models than the denominator {self.denominator}")
         update = {
             k: model[k].detach().to(torch.float64) - g.detach().to(torch.float64)
             for k, g in self.global_model.items()
@@ -95,10 +105,10 @@ class PrivateMean:
         self.count += 1
 
     def result(self, noise_multiplier: float, generator: torch.Generator) -> dict:
-        """``g + mean_i clip(m_i − g) + N(0, (z·C/n)²)``."""
+        """``g + Σ_i clip(m_i − g) / m + N(0, (z·C/m)²)``, m the denominator."""
         if not self.count:
             raise ValueError("private_model_mean needs at least one client model")
-        n = self.count
+        n = self.count if self.denominator is None else self.denominator
         sigma = noise_multiplier * self.clip / n
         out: dict[str, torch.Tensor] = {}
         for k, g in self.global_model.items():
@@ -116,9 +126,11 @@ def private_model_mean(
     clip: float,
     noise_multiplier: float,
     generator: torch.Generator,
+    denominator: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The new global model: ``g + mean_i clip(m_i − g) + N(0, (z·C/n)²)``."""
-    running = PrivateMean(global_model, clip)
+    """The new global model: ``g + Σ_i clip(m_i − g) / m + N(0, (z·C/m)²)``, with m the
+    ``denominator`` (the round's sampled count; default: the number of models)."""
+    running = PrivateMean(global_model, clip, denominator)
     for model in client_models:
         running.add(model)
     return running.result(noise_multiplier, generator)

@@ -455,7 +455,8 @@ class RunConfig:
     )
     dp_noise: float = key(
         1.0,
-        "Gaussian noise multiplier (noise std z*C/n); > 0 when dp_clip is set",
+        "Gaussian noise multiplier (noise std z*C/m, m the round's sampled clients); > 0 when "
+        "dp_clip is set",
         symbol="z",
         group="privacy",
     )
