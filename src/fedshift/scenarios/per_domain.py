@@ -79,4 +79,5 @@ PROTOCOL = Protocol(
     description="every domain trains and is tested (FPL); target: all",
     build=build_per_domain,
     default_target=ALL_DOMAINS,
+    scores_training_domains=True,
 )
