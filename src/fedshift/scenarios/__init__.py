@@ -31,7 +31,8 @@ def get_protocol(name: str) -> Protocol:
 
 def build_scenario(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> Scenario:
     """Build the federated task of ``cfg.protocol``, each client keeping
-    ``cfg.client_data_fraction`` (its domain's, when given per domain) of its training share;
+    ``cfg.client_data_fraction`` (its domain's, when given per domain) of its training share
+    (``cfg.client_data_of=domain``: that fraction of its domain's train + val images);
     ``pooled`` merges the labeled clients into one (the centralized reference).
 
     A protocol whose scored domains also train refuses a dataset whose test split is the
@@ -48,7 +49,10 @@ def build_scenario(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> S
     fractions = per_domain_value(
         cfg.client_data_fraction, "client_data_fraction", dataset.domain_names, 1.0
     )
-    task.clients = keep_train_fraction(task.clients, fractions, cfg.seed)
+    pools = None
+    if cfg.client_data_of == "domain":
+        pools = {n: len(d.train) + len(d.val) for n, d in dataset.domains.items()}
+    task.clients = keep_train_fraction(task.clients, fractions, cfg.seed, pools)
     if pooled:
         task.clients = [pool_clients(task.clients, "+".join(task.sources))]
     return task
