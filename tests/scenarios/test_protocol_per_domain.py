@@ -55,6 +55,29 @@ def test_client_data_fraction(digits):
         resolve(None, {}, ["client_data_fraction=0"])
 
 
+def test_client_data_of_domain_keeps_a_fraction_of_the_domains_training_images(digits):
+    """client_data_of=domain: each client int(fraction x its domain's train + val images),
+    FPL's official percent_dict, whatever the number of clients; all of its part where less."""
+    settings = ["clients_per_domain=mnist:3,syn:2", "client_data_of=domain"]
+    cfg = resolve(None, {"protocol": "per-domain"}, [*settings, "client_data_fraction=0.07"])
+    task = build_scenario(cfg, digits, pooled=False)
+    for client in task.clients:
+        domain = digits.domain(client.domain)
+        assert len(client.train) == int(0.07 * (len(domain.train) + len(domain.val)))
+    mnist = [set(c.train.x.rows.tolist()) for c in task.clients if c.domain == "mnist"]
+    assert len(mnist) == 3 and not (
+        mnist[0] & mnist[1] or mnist[0] & mnist[2] or mnist[1] & mnist[2]
+    )
+    most = resolve(None, {"protocol": "per-domain"}, [*settings, "client_data_fraction=0.9"])
+    parts = build_scenario(
+        resolve(None, {"protocol": "per-domain"}, settings[:1]), digits, pooled=False
+    )
+    kept = build_scenario(most, digits, pooled=False)
+    assert [len(c.train) for c in kept.clients] == [len(c.train) for c in parts.clients]
+    with pytest.raises(ConfigError, match="client_data_of"):
+        resolve(None, {}, ["client_data_of=file"])
+
+
 def test_per_domain_run_reports_mean_over_domains(tmp_path, micro_digits):
     cfg = resolve(
         None,

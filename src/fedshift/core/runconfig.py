@@ -78,6 +78,9 @@ ChannelsLast = Literal["auto", "on", "off"]
 #: default: each catalog entry's own protocol; full: the whole official files where that
 #: protocol samples them down (Digit-Five's KD3A/FACT cap)
 CatalogSplit = Literal["default", "full"]
+#: what ``client_data_fraction`` is a fraction of: the client's part of its domain's train
+#: split, or its domain's training images (train + val: all but the test images)
+ClientDataOf = Literal["share", "domain"]
 CHANNELS_LAST: tuple[str, ...] = typing.get_args(ChannelsLast)
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
 RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
@@ -329,11 +332,18 @@ class RunConfig:
     client_data_fraction: float | str = key(
         1.0,
         "share of its train split each client keeps (FPL): one fraction, or per domain as "
-        '"DOMAIN:F,..." (a domain not named keeps all of it)',
+        '"DOMAIN:F,..." (a domain not named keeps all of it); of what: client_data_of',
         group="data",
         low=0,
         high=1,
         low_open=True,
+    )
+    client_data_of: ClientDataOf = key(
+        "share",
+        "what client_data_fraction is a fraction of: share (the client's part of its domain's "
+        "train split), domain (its domain's train + val images: each client keeps "
+        "int(fraction x that) of its part, FPL's official percent_dict)",
+        group="data",
     )
     # -- run
     seed: int = key(0, "seeds the run: model init, sampling, local batches", group="run")

@@ -114,6 +114,7 @@ class LoadOptions:
     split_files: str | os.PathLike | None
     only: list[str] | None  # NAME:d1,d2: the domains kept
     catalog_split: str = "default"
+    held_out_test: bool = False  # the domains also train: hold out a test part (catalog)
 
 
 def _from_catalog(key: str, options: LoadOptions) -> DomainDataset | None:
@@ -133,6 +134,7 @@ def _from_catalog(key: str, options: LoadOptions) -> DomainDataset | None:
         domains=options.only,
         cache_dir=options.cache_dir,
         catalog_split=options.catalog_split,
+        held_out_test=options.held_out_test,
     )
 
 
@@ -208,6 +210,7 @@ def load_dataset(
     data_root: str | os.PathLike | None = None,
     split_files: str | os.PathLike | None = None,
     catalog_split: str = "default",
+    held_out_test: bool = False,
 ) -> DomainDataset:
     """Load a dataset by name, resolved by :data:`SOURCES` in order: a catalog entry
     (``pacs``, ``office-home``, ``domainnet``, ...), a registered or plug-in dataset, the
@@ -221,8 +224,10 @@ def load_dataset(
     with the split its catalog entry states (official lists, else a ``seed``-ed holdout), or
     the user's lists in ``split_files``; its decoded images are cached under ``cache_dir`` and
     memory-mapped; ``catalog_split=full`` reads the whole official files where the entry
-    samples them down (Digit-Five). A name no source knows is a DatasetError naming every
-    source and the nearest name.
+    samples them down (Digit-Five); ``held_out_test=True`` (the run's domains also train and
+    are scored: per-domain, personalized) makes an entry whose test split is the whole domain
+    hold out a test part instead, disjoint from train and val (FPL's rule, 20 %). A name no
+    source knows is a DatasetError naming every source and the nearest name.
     """
     if image_size is not None and (isinstance(image_size, bool) or int(image_size) < 1):
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
@@ -236,7 +241,9 @@ def load_dataset(
             f"not to {key!r}"
         )
     size = None if image_size is None else int(image_size)
-    options = LoadOptions(size, cache_dir, seed, data_root, split_files, only, catalog_split)
+    options = LoadOptions(
+        size, cache_dir, seed, data_root, split_files, only, catalog_split, held_out_test
+    )
     for source in SOURCES:
         ds = source.load(key, options)
         if ds is not None:

@@ -44,7 +44,7 @@ from fedshift.eval.segmentation import check_masks
 from fedshift.models import build_model
 from fedshift.models.registry import parse_variants, variant_of_client
 from fedshift.models.weights import weights_file
-from fedshift.scenarios import build_scenario
+from fedshift.scenarios import build_scenario, get_protocol
 from fedshift.scenarios.scenario import Scenario, server_images
 
 
@@ -318,7 +318,9 @@ def run_aggregator(cfg: RunConfig, scenario: Scenario) -> Aggregator:
 
 
 def load_config_dataset(cfg: RunConfig, cache_dir: str | None = None) -> DomainDataset:
-    """The run's dataset as its config names it (a broken copy is a DatasetError)."""
+    """The run's dataset as its config names it (a broken copy is a DatasetError); under a
+    protocol whose scored domains also train (per-domain, personalized), a catalog entry
+    whose test split is the whole domain holds out a test part instead (``held_out_test``)."""
     return load_dataset(
         cfg.dataset,
         cache_dir=cache_dir,
@@ -327,6 +329,7 @@ def load_config_dataset(cfg: RunConfig, cache_dir: str | None = None) -> DomainD
         data_root=cfg.data_root or None,
         split_files=cfg.split_files or None,
         catalog_split=cfg.catalog_split,
+        held_out_test=get_protocol(cfg.protocol).scores_training_domains,
     )
 
 

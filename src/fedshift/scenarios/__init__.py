@@ -7,6 +7,7 @@ with its ``PROTOCOL`` record plus one line here.
 
 from __future__ import annotations
 
+from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import RunConfig, check_choice, per_domain_value
 from fedshift.data.domains import DomainDataset
 from fedshift.scenarios import lodo, msst, per_domain, personalized
@@ -30,13 +31,28 @@ def get_protocol(name: str) -> Protocol:
 
 def build_scenario(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> Scenario:
     """Build the federated task of ``cfg.protocol``, each client keeping
-    ``cfg.client_data_fraction`` (its domain's, when given per domain) of its training share;
-    ``pooled`` merges the labeled clients into one (the centralized reference)."""
-    task = get_protocol(cfg.protocol).build(cfg, dataset)
+    ``cfg.client_data_fraction`` (its domain's, when given per domain) of its training share
+    (``cfg.client_data_of=domain``: that fraction of its domain's train + val images);
+    ``pooled`` merges the labeled clients into one (the centralized reference).
+
+    A protocol whose scored domains also train refuses a dataset whose test split is the
+    whole domain (a catalog entry loaded without ``held_out_test``): it would score images
+    the clients train on."""
+    protocol = get_protocol(cfg.protocol)
+    if protocol.scores_training_domains and dataset.meta.get("test_is_domain"):
+        raise ConfigError(
+            f"protocol {protocol.name!r} scores the domains that train, but this copy of "
+            f"{dataset.name} tests each domain on all its images, training images included: "
+            "load it with load_dataset(..., held_out_test=True) (a run does so itself)"
+        )
+    task = protocol.build(cfg, dataset)
     fractions = per_domain_value(
         cfg.client_data_fraction, "client_data_fraction", dataset.domain_names, 1.0
     )
-    task.clients = keep_train_fraction(task.clients, fractions, cfg.seed)
+    pools = None
+    if cfg.client_data_of == "domain":
+        pools = {n: len(d.train) + len(d.val) for n, d in dataset.domains.items()}
+    task.clients = keep_train_fraction(task.clients, fractions, cfg.seed, pools)
     if pooled:
         task.clients = [pool_clients(task.clients, "+".join(task.sources))]
     return task

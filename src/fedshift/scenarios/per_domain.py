@@ -45,16 +45,22 @@ def build_per_domain(cfg: RunConfig, dataset: DomainDataset) -> Scenario:
 
 
 def keep_train_fraction(
-    clients: list[ClientShard], fraction: float | Mapping[str, float], seed: int
+    clients: list[ClientShard],
+    fraction: float | Mapping[str, float],
+    seed: int,
+    pools: Mapping[str, int] | None = None,
 ) -> list[ClientShard]:
     """Each client keeps a seeded random ``fraction`` of its training share (a mapping: its
     domain's fraction, all of it for a domain the mapping leaves out).
 
     FPL's Digits setting trains every client on a few percent of a domain (its
     ``percent_dict``); here the fraction applies to the client's share after partitioning, so
-    clients stay disjoint. A client keeps at least two samples (one BatchNorm batch). The
-    validation and test shares are untouched. Each client's draw depends only on
-    ``(seed, client_id)``.
+    clients stay disjoint. With ``pools`` (domain -> its train + val images,
+    ``client_data_of=domain``) a client keeps ``int(fraction * pool)`` of its share instead,
+    as FPL's official partition draws ``int(percent * len(train set))`` per client (all of
+    its share where that is less). A client keeps at least two samples (one BatchNorm
+    batch). The validation and test shares are untouched. Each client's draw depends only
+    on ``(seed, client_id)``.
     """
     fractions = fraction if isinstance(fraction, Mapping) else None
     for value in fractions.values() if fractions is not None else [fraction]:
@@ -67,7 +73,8 @@ def keep_train_fraction(
             kept.append(client)
             continue
         n = len(client.train)
-        keep = min(n, max(2, round(share * n)))
+        wanted = round(share * n) if pools is None else int(share * pools[client.domain])
+        keep = min(n, max(2, wanted))
         rng = numpy_generator(seed, "client-data-fraction", client.client_id)
         idx = sorted(int(i) for i in rng.choice(n, size=keep, replace=False))
         kept.append(dataclasses.replace(client, train=client.train.subset(idx)))
@@ -79,4 +86,5 @@ PROTOCOL = Protocol(
     description="every domain trains and is tested (FPL); target: all",
     build=build_per_domain,
     default_target=ALL_DOMAINS,
+    scores_training_domains=True,
 )

@@ -106,4 +106,5 @@ PROTOCOL = Protocol(
     description="every domain trains; each client is tested on its own classes; target: clients",
     build=build_personalized,
     default_target=CLIENTS,
+    scores_training_domains=True,
 )

@@ -109,6 +109,7 @@ def load_catalog(
     cache_dir: str | os.PathLike | None = None,
     cache: bool = True,
     catalog_split: str = "default",
+    held_out_test: bool = False,
 ) -> DomainDataset:
     """Catalog entry ``name`` read from ``root``, decoded at its resolution (or
     ``image_size``), split as the entry states or by the lists in ``split_files``.
@@ -118,7 +119,10 @@ def load_catalog(
 
     ``domains``: check and decode only these (their files alone need be there); an unknown
     name raises naming the valid ones. ``catalog_split``: ``full`` reads the whole official
-    files where the entry samples them down (Digit-Five)."""
+    files where the entry samples them down (Digit-Five). ``held_out_test``: the domains
+    also train and are scored (per-domain, personalized), so an entry whose test split is
+    the whole domain holds out a test part instead (FPL's rule, 20 %; see
+    :func:`~fedshift.data.catalog.base.split_off_test`)."""
     options = LoadOptions(
         image_size=image_size,
         seed=int(seed),
@@ -126,5 +130,6 @@ def load_catalog(
         domains=domains,
         cache_folder=image_cache.cache_folder(cache_dir) if cache else None,
         catalog_split=catalog_split,
+        held_out_test=held_out_test,
     )
     return _entry(name).load(root, options)

@@ -6,6 +6,12 @@ take the user's own split lists (``split_files=DIR``: ``<domain>_{train,val,test
 ``<relative path> <label>`` lines, paths relative to the dataset's image root, 0-based labels
 in its class order; without a val list, val is the seeded holdout of the train list).
 
+A dataset with no official test part (:attr:`CatalogDataset.whole_domain_test`: the class
+folders, PACS, Camelyon17, the ELCFS sites) tests on the whole domain, right for a held-out
+target; loaded for a protocol whose scored domains also train (``held_out_test``), it holds
+out a test part instead, disjoint from train and val: :func:`split_off_test`, FPL's official
+Office-Caltech10 rule.
+
 Checking and loading take the domains to use (``NAME:dom1,dom2``): only their files are
 looked at, so a user holding one domain of a multi-domain copy can check and run it; with no
 domains named, the whole copy is checked and read."""
@@ -47,7 +53,7 @@ class LoadOptions:
     ``split_seed``, the user's ``split_files`` folder ("" for the dataset's own split),
     ``domains`` to check and decode (None: all; :meth:`CatalogDataset.load` passes them on
     checked, as :meth:`CatalogDataset.pick_domains` returns them), the image cache folder
-    (None: decode into memory) and ``catalog_split``."""
+    (None: decode into memory), ``catalog_split`` and ``held_out_test``."""
 
     image_size: int | None = None
     seed: int = 0
@@ -57,6 +63,10 @@ class LoadOptions:
     #: ``full``: the whole official train and test files where the entry's default protocol
     #: samples them down (Digit-Five's KD3A/FACT 25,000 / 9,000); ``default``: as the entry says
     catalog_split: str = "default"
+    #: the domains also train and are scored (protocols per-domain, personalized): where the
+    #: dataset's test split is the whole domain (:attr:`CatalogDataset.whole_domain_test`),
+    #: hold out a test part by :func:`split_off_test` and take it out of train and val
+    held_out_test: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +85,9 @@ class CatalogDataset(ABC):
     classes: tuple[str, ...] = ()  # in label order; empty: read from the copy
     augment: str = "none"  # the training augmentation `augment=auto` picks
     own_split: str = ""  # non-empty: why split_files does not apply
+    #: its test split is the whole domain (no official test part): a held-out target is scored
+    #: on every image; under ``held_out_test`` a test part is held out (:func:`split_off_test`)
+    whole_domain_test: bool = False
 
     def check(
         self, root: str | os.PathLike, domains: Sequence[str] | None = None
@@ -134,14 +147,20 @@ class CatalogDataset(ABC):
         return self.resolution if options.image_size is None else int(options.image_size)
 
     def meta(self, root: Path, options: LoadOptions) -> dict:
-        """The provenance every loaded copy records."""
+        """The provenance every loaded copy records; ``test_is_domain``: every domain's test
+        split is the whole domain (so it holds the domain's train and val images)."""
         return {
             "source": self.name,
             "root": str(root.resolve()),
             "layout": self.layout,
             "split_seed": int(options.seed),
             "split_files": str(options.split_files),
+            "test_is_domain": self.holds_whole_domain_test(options),
         }
+
+    def holds_whole_domain_test(self, options: LoadOptions) -> bool:
+        """Whether a load with ``options`` tests every domain on all its images."""
+        return self.whole_domain_test and not options.held_out_test and not options.split_files
 
     def total_warnings(self, totals: Mapping[str, int]) -> list[str]:
         """One line per domain of ``totals`` whose image count differs from
@@ -186,6 +205,53 @@ def domain_holdout(entries: Sequence, seed: int, domain: str) -> tuple[list, lis
     return holdout(entries, VAL_FRACTION, domain_seed(seed, domain))
 
 
+#: a domain that trains and is scored keeps, of every ``TEST_BLOCK`` images in its order, those
+#: from ``TEST_FROM`` on for test: FPL's official Office-Caltech10 rule (``i % 10 > 7``, 20 %)
+TEST_BLOCK = 10
+TEST_FROM = 8
+HELD_OUT_TEST = (
+    f"a held-out part, as the domain also trains: image i of the domain, in the order its "
+    f"whole-domain test lists it, when i % {TEST_BLOCK} >= {TEST_FROM} (FPL's official "
+    f"rule, {1 - TEST_FROM / TEST_BLOCK:.0%}), taken out of train and val"
+)
+
+
+def split_off_test(items: Sequence) -> tuple[list, list]:
+    """(rest, test) of a domain's items in its canonical order: item ``i`` is a test item when
+    ``i % TEST_BLOCK >= TEST_FROM``, the last 2 of every 10 (FPL's official Office-Caltech10
+    split, ``ImageFolder_Custom``: ``i % 10 <= 7`` trains). Deterministic, no seed: a
+    domain's test images are the same for every run and every ``split_seed``."""
+    rest = [item for i, item in enumerate(items) if i % TEST_BLOCK < TEST_FROM]
+    test = [item for i, item in enumerate(items) if i % TEST_BLOCK >= TEST_FROM]
+    return rest, test
+
+
+def check_held_out(dataset: str, domain: str, total: int, test: Sequence) -> None:
+    """A domain too small to hold out a test image (8 images or fewer) raises one line."""
+    if not test:
+        raise DatasetError(
+            f"{dataset}/{domain} has {total} images, too few to hold out a test part "
+            f"(images {TEST_FROM}..{TEST_BLOCK - 1} of every {TEST_BLOCK} become test images)"
+        )
+
+
+def hold_out_test(dataset: str, splits: Splits) -> Splits:
+    """``splits`` (each domain's test list the whole domain) with a test part held out by
+    :func:`split_off_test` over the test list's order, and those images taken out of train
+    and val: the other images keep the split they had."""
+    out = {}
+    for domain, parts in splits.items():
+        _, test = split_off_test(parts["test"])
+        check_held_out(dataset, domain, len(parts["test"]), test)
+        held = {path for path, _ in test}
+        out[domain] = {
+            "train": [e for e in parts["train"] if e[0] not in held],
+            "val": [e for e in parts["val"] if e[0] not in held],
+            "test": test,
+        }
+    return out
+
+
 def holdout_counts(class_sizes: Sequence[int]) -> dict[str, int]:
     """The train / val / test sizes a holdout gives a domain with ``class_sizes`` (val:
     ``VAL_FRACTION`` of each class; test: the whole domain)."""
@@ -201,13 +267,24 @@ def pooled_domain(
     cut: int,
     test: Split | None = None,
     masks: torch.Tensor | None = None,
+    test_from: int | None = None,
 ) -> Domain:
     """A domain whose train split is rows ``[:cut]`` and val rows ``[cut:]`` of one array
-    (views, no copy); test is ``test``, or the whole array."""
+    (views, no copy); test is ``test``, or the whole array. With ``test_from``, val is rows
+    ``[cut:test_from]`` and test rows ``[test_from:]`` (a held-out test part)."""
+
+    def rows(start: int, stop: int | None) -> Split:
+        mask = None if masks is None else masks[start:stop]
+        return Split(x=pixels[start:stop], y=labels[start:stop], mask=mask)
+
+    if test_from is not None:
+        return Domain(
+            name=name, train=rows(0, cut), val=rows(cut, test_from), test=rows(test_from, None)
+        )
     return Domain(
         name=name,
-        train=Split(x=pixels[:cut], y=labels[:cut], mask=None if masks is None else masks[:cut]),
-        val=Split(x=pixels[cut:], y=labels[cut:], mask=None if masks is None else masks[cut:]),
+        train=rows(0, cut),
+        val=rows(cut, None),
         test=Split(x=pixels, y=labels, mask=masks) if test is None else test,
     )
 
@@ -297,6 +374,9 @@ class ImageListDataset(CatalogDataset):
             splits, description = self.user_splits(root, classes, options.seed, folder, domains)
         else:
             splits, description = self.official_splits(root, classes, options.seed, domains)
+            if self.whole_domain_test and options.held_out_test:
+                splits = hold_out_test(self.name, splits)
+                description = f"{description}; instead, test: {HELD_OUT_TEST}"
         return decode_dataset(
             self.name,
             splits,

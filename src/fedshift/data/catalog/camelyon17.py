@@ -10,7 +10,10 @@ Protocol (FedDG-Benchmark's): the hospitals ``center`` 0..4 are the domains ``ho
 ``hospital4``; 2 classes (``tumor`` 0 / 1). Per domain, train / val follow WILDS's ``split``
 column (0 train, 1 val) where the domain has val rows, else a seeded stratified 0.2 of its
 rows (``split_seed``) is val; test is the whole domain, so a held-out target hospital is
-scored on all its patches (as PACS's test_kfold).
+scored on all its patches (as PACS's test_kfold). Loaded for a protocol whose scored domains
+also train (``held_out_test``), a hospital's test split is instead its patch ``i`` in
+``metadata.csv`` order when ``i % 10 > 7`` (FPL's rule, 20 %), those patches leaving train
+and val.
 """
 
 from __future__ import annotations
@@ -122,6 +125,8 @@ def _by_domain(rows: list[_Row], domains: Sequence[str]) -> dict[str, list[_Row]
 class Camelyon17Dataset(ImageListDataset):
     """Camelyon17-WILDS: hospitals as domains, WILDS's train / val split, test = domain."""
 
+    whole_domain_test: bool = True
+
     def image_root(self, root: Path) -> Path:
         return root
 
@@ -167,7 +172,8 @@ CAMELYON17 = Camelyon17Dataset(
     ),
     split=(
         "hospitals (center 0..4) as domains; train/val by WILDS's split column (a seeded 0.2 "
-        "holdout where a hospital has no val rows); test: the whole hospital"
+        "holdout where a hospital has no val rows); test: the whole hospital; a hospital that "
+        "also trains: i % 10 > 7 of its patches held out as test (FPL's rule)"
     ),
     domains=HOSPITALS,
     resolution=96,

@@ -3,7 +3,13 @@
 split by DomainBed's seeded 80/20 holdout (``split_seed``), stratified by class, into train /
 val; the test split is the whole domain, so a held-out target domain is scored on all its
 images (the domain-generalization protocol). Classes are the sorted class folder names
-(DomainBed's ImageFolder order)."""
+(DomainBed's ImageFolder order).
+
+Loaded for a protocol whose scored domains also train (per-domain, personalized:
+``held_out_test``), a domain's test split is instead FPL's official held-out part: in
+ImageFolder order (sorted classes, then sorted files), image ``i`` is a test image when
+``i % 10 > 7`` (20 %), and those images leave the DomainBed train / val split
+(:func:`~fedshift.data.catalog.base.split_off_test`)."""
 
 from __future__ import annotations
 
@@ -14,7 +20,10 @@ from pathlib import Path
 from fedshift.data.catalog.base import ImageListDataset, Splits, domain_holdout
 from fedshift.data.lists import VAL_FRACTION, class_folders, folder_entries
 
-HOLDOUT_SPLIT = "DomainBed 80/20 seeded holdout; target: whole domain"
+HOLDOUT_SPLIT = (
+    "DomainBed 80/20 seeded holdout; target: whole domain; a domain that also trains: "
+    "FPL's held-out 20 % (i % 10 > 7 in ImageFolder order) as test"
+)
 FOLDER_LAYOUT = "ROOT/<domain>/<class>/<image>"
 
 
@@ -27,6 +36,7 @@ class ClassFolderDataset(ImageListDataset):
     resolution: int = 224
     nested: str = ""  # a sub-folder of a domain that may hold its class folders
     class_source: str = "the class folders found, sorted (DomainBed's ImageFolder order)"
+    whole_domain_test: bool = True
 
     def domain_dir(self, root: Path, domain: str) -> Path:
         folder = super().domain_dir(root, domain)

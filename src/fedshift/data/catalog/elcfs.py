@@ -22,7 +22,9 @@ Images are resized (bilinear, antialiased) and masks (nearest) to the release's 
 ``image_size``. MR slices have no fixed intensity scale: each prostate slice is min-max
 scaled to [0, 255]. The release has no train/test split (sources train on all their images,
 the unseen site is tested on all of its): per site a seeded 80/20 holdout of the files
-(``split_seed``) is train / val, and test is the whole site.
+(``split_seed``) is train / val, and test is the whole site. Loaded for a protocol whose
+scored sites also train (``held_out_test``), a site's test split is instead its file ``i``
+in name order when ``i % 10 > 7`` (FPL's rule, 20 %), those files leaving train and val.
 """
 
 from __future__ import annotations
@@ -41,11 +43,14 @@ import torch.nn.functional as F
 from fedshift.core.bounded import load_npy
 from fedshift.data import image_cache
 from fedshift.data.catalog.base import (
+    HELD_OUT_TEST,
     CatalogDataset,
     Counts,
     LoadOptions,
+    check_held_out,
     domain_holdout,
     pooled_domain,
+    split_off_test,
 )
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.lists import VAL_FRACTION, holdout
@@ -78,6 +83,7 @@ class ElcfsDataset(CatalogDataset):
     split: str = SPLIT
     resolution: int = RESOLUTION
     own_split: str = "it is split per site"
+    whole_domain_test: bool = True
 
     def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
         """Per-site per-split counts of ``domains`` after checking every file's ``.npy``
@@ -95,21 +101,30 @@ class ElcfsDataset(CatalogDataset):
 
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
         """Per site a :data:`VAL_FRACTION` holdout seeded per site as train / val (train rows
-        first, so both are views of the site's array), test the whole site; only
-        ``options.domains`` are read."""
+        first, so both are views of the site's array), test the whole site; with
+        ``options.held_out_test`` the site's :func:`split_off_test` files instead, taken out
+        of train and val (their rows last). Only ``options.domains`` are read."""
         size, seed = self.size(options), options.seed
         meta = self.meta(root, options)
         files = site_files(self, root, options.domains)
         out, counts, cached = {}, {}, {}
         for site, paths in files.items():
             kept, held = domain_holdout([(p, 0) for p in paths], seed, site)
-            order = [p for p, _ in kept] + [p for p, _ in held]
+            test = split_off_test(paths)[1] if options.held_out_test else []
+            if options.held_out_test:
+                check_held_out(self.name, site, len(paths), test)
+                held_out = set(test)
+                kept, held = ([e for e in part if e[0] not in held_out] for part in (kept, held))
+            order = [p for p, _ in kept] + [p for p, _ in held] + test
             pixels, masks, cached[site] = _site_arrays(
                 self, site, order, size, options.cache_folder, meta["root"]
             )
             zeros = torch.zeros(len(order), dtype=torch.int64)
-            out[site] = pooled_domain(site, pixels, zeros, len(kept), masks=masks)
-            counts[site] = {"train": len(kept), "val": len(held), "test": len(order)}
+            test_from = len(kept) + len(held) if test else None
+            out[site] = pooled_domain(
+                site, pixels, zeros, len(kept), masks=masks, test_from=test_from
+            )
+            counts[site] = {"train": len(kept), "val": len(held), "test": len(out[site].test)}
         classes = list(self.mask_channels)
         return DomainDataset(
             name=self.name,
@@ -119,7 +134,8 @@ class ElcfsDataset(CatalogDataset):
             image_size=size,
             meta={
                 **meta,
-                "split": f"{SPLIT}, split_seed={seed}",
+                "split": f"{SPLIT}, split_seed={seed}"
+                + (f"; instead, test: {HELD_OUT_TEST}" if options.held_out_test else ""),
                 "augment": self.augment,
                 "classes": classes,
                 "counts": counts,

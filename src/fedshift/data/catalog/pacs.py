@@ -6,6 +6,9 @@ the official split lists ``ROOT/<domain>_{train,crossval,test}_kfold.txt``, one
 ``<domain>/<class>/<file> <label>`` per line with 1-based labels in the authors' class order.
 ``train`` and ``crossval`` become the train and val splits; ``test_kfold`` lists every image of
 the domain, so a held-out target domain is scored on all its images (the DG papers' protocol).
+Loaded for a protocol whose scored domains also train (``held_out_test``), the test split is
+instead image ``i`` of the ``test_kfold`` list when ``i % 10 > 7`` (FPL's rule, 20 %), those
+images leaving the train and crossval lists.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ SPLIT_LISTS = {
 @dataclass(frozen=True, kw_only=True)
 class PacsDataset(ImageListDataset):
     """PACS with its official kfold lists."""
+
+    whole_domain_test: bool = True
 
     def image_root(self, root: Path) -> Path:
         """``ROOT/kfold`` when present, else ``ROOT``."""
@@ -73,7 +78,8 @@ PACS = PacsDataset(
     ),
     split=(
         "official kfold lists: train, crossval as val, test_kfold (the whole domain) as "
-        "test; labels 1-based in the authors' class order; target: whole domain"
+        "test; labels 1-based in the authors' class order; target: whole domain; a domain "
+        "that also trains: i % 10 > 7 of test_kfold held out as test (FPL's rule)"
     ),
     domains=("art_painting", "cartoon", "photo", "sketch"),
     resolution=224,
