@@ -53,11 +53,12 @@ def run(tmp_path, name, algorithm, dataset, *, resume=False, stop_after=None, **
 
 @pytest.mark.parametrize("algorithm", list(REGISTRY))
 def test_every_algorithm_trains_under_bf16(algorithm, tmp_path, tiny_digits):
-    """2 rounds with ``precision=bf16`` on the tiny digits task: finite losses, fp32
+    """One round with ``precision=bf16`` on the tiny digits task: finite losses, fp32
     checkpointed weights, and target accuracy within ``ACCURACY_TOLERANCE`` (0.15) of the
-    same run in fp32."""
-    fp32, _ = run(tmp_path, "fp32", algorithm, tiny_digits)
-    bf16, runner = run(tmp_path, "bf16", algorithm, tiny_digits, precision="bf16")
+    same run in fp32 (the resume and the later rounds under bf16 are tested with FedAvg
+    below; every algorithm's rounds beyond the first in tests/test_contract.py)."""
+    fp32, _ = run(tmp_path, "fp32", algorithm, tiny_digits, rounds=1)
+    bf16, runner = run(tmp_path, "bf16", algorithm, tiny_digits, precision="bf16", rounds=1)
     assert runner.exp.precision == MixedPrecision("bf16", "cpu")
     assert all(ctx.precision.name == "bf16" for ctx in runner.exp.contexts.values())
     assert bf16["failed_clients"] == 0, runner.fed.failures
