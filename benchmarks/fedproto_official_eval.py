@@ -51,6 +51,7 @@ def client_counts(run_dir: Path) -> list[tuple[int, int, int]]:
         model = build_model(
             cfg.model, dataset.num_classes, in_channels=dataset.channels,
             image_size=dataset.image_size, normalize=cfg.normalize,
+            gray_input=cfg.input_channels == 1,
         )  # fmt: skip
         model.load_state_dict(state["model"])
         model.eval()

@@ -48,8 +48,9 @@ AUGMENTS: tuple[str, ...] = typing.get_args(Augment)
 AugmentBackend = Literal["auto", "batched", "pil"]
 AUGMENT_BACKENDS: tuple[str, ...] = typing.get_args(AugmentBackend)
 #: input normalizations a backbone can expect (:mod:`fedshift.models.base`): ``symmetric`` is
-#: fedshift's [-1, 1] input as is; ``imagenet`` re-normalizes it with ImageNet's mean and std
-Normalization = Literal["symmetric", "imagenet"]
+#: fedshift's [-1, 1] input as is; ``imagenet`` re-normalizes it with ImageNet's mean and std,
+#: ``mnist`` with MNIST's (0.1307, 0.3081) on every channel
+Normalization = Literal["symmetric", "imagenet", "mnist"]
 NORMALIZATIONS: tuple[str, ...] = typing.get_args(Normalization)
 #: the run key ``normalize``: a normalization, or auto (imagenet for torchvision weights)
 Normalize = Literal["auto", Normalization]
@@ -213,9 +214,21 @@ class RunConfig:
     )
     normalize: Normalize = key(
         "auto",
-        "input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std); auto: "
-        "imagenet when model_weights is a torchvision (ImageNet-pretrained) state_dict",
+        "input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std), mnist "
+        "((x01 - 0.1307) / 0.3081 on every channel, x01 the image in [0, 1]: the official "
+        "FedProto/torchvision MNIST input); auto: imagenet when model_weights is a torchvision "
+        "(ImageNet-pretrained) state_dict or timm weights expecting ImageNet's, else symmetric",
         group="model",
+    )
+    input_channels: int = key(
+        0,
+        "input channels of the backbone: 0, the dataset's; 1, one channel: the backbone's "
+        "first layer takes 1 channel and it sees the mean over the image's channels (exact "
+        "for gray sources stored as identical channels, e.g. Digit-Five's MNIST; for color "
+        "images an unweighted gray), before any normalize",
+        group="model",
+        low=0,
+        high=1,
     )
     # -- data
     server_data: str = key(

@@ -74,6 +74,7 @@ def model_builder(
                 image_size=image_size,
                 weights_path=cfg.model_weights or None,
                 normalize=cfg.normalize,
+                gray_input=cfg.input_channels == 1,
                 **(options or {}),
             )
         except ValueError as exc:

@@ -11,9 +11,14 @@ from fedshift.core.runconfig import NORMALIZATIONS
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "MNIST_MEAN",
+    "MNIST_STD",
     "NORMALIZATIONS",
     "FedModel",
+    "GrayInput",
+    "MeanStdInput",
     "normalize_input",
+    "set_gray_input",
     "set_input_normalization",
 ]
 
@@ -21,35 +26,77 @@ __all__ = [
 #: ImageNet channel statistics (RGB, images in [0, 1]) of torchvision's pretrained weights
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: MNIST's pixel statistics (images in [0, 1]), as torchvision's MNIST examples and the
+#: official FedProto code normalize (``Normalize((0.1307,), (0.3081,))``); one value for
+#: every channel
+MNIST_MEAN = (0.1307,)
+MNIST_STD = (0.3081,)
+#: each normalization besides ``symmetric`` -> the (mean, std) its hook applies to [0, 1] input
+MEAN_STD: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "imagenet": (IMAGENET_MEAN, IMAGENET_STD),
+    "mnist": (MNIST_MEAN, MNIST_STD),
+}
 
 
-class ImageNetInput:
-    """A backbone forward pre-hook: fedshift's [-1, 1] input -> ImageNet-normalized input.
+class MeanStdInput:
+    """A backbone forward pre-hook: fedshift's [-1, 1] input -> ``(x01 - mean) / std`` with
+    ``x01 = (x + 1) / 2``, per channel (a one-value ``mean``/``std`` applies to every channel).
+
+    Holds no tensors, so the model's ``state_dict`` and parameters are unchanged.
+    """
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+        self.mean, self.std = tuple(mean), tuple(std)
+
+    def __call__(self, module: nn.Module, args: tuple) -> tuple:
+        x, *rest = args
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        mean = torch.tensor(self.mean, dtype=x.dtype, device=x.device).view(shape)
+        std = torch.tensor(self.std, dtype=x.dtype, device=x.device).view(shape)
+        return ((x + 1.0) * 0.5 - mean) / std, *rest
+
+
+class GrayInput:
+    """A backbone forward pre-hook: images ``(N, C, ...)`` -> one channel ``(N, 1, ...)``,
+    the mean over the channels (exact for gray images stored as identical channels).
 
     Holds no tensors, so the model's ``state_dict`` and parameters are unchanged.
     """
 
     def __call__(self, module: nn.Module, args: tuple) -> tuple:
         x, *rest = args
-        shape = (1, -1) + (1,) * (x.dim() - 2)
-        mean = torch.tensor(IMAGENET_MEAN, dtype=x.dtype, device=x.device).view(shape)
-        std = torch.tensor(IMAGENET_STD, dtype=x.dtype, device=x.device).view(shape)
-        return ((x + 1.0) * 0.5 - mean) / std, *rest
+        return x.mean(dim=1, keepdim=True), *rest
 
 
 def set_input_normalization(model: FedModel, name: str) -> FedModel:
-    """Make ``model``'s backbone expect ``name`` normalization (``symmetric`` or ``imagenet``)."""
+    """Make ``model``'s backbone expect ``name`` normalization (one of :data:`NORMALIZATIONS`:
+    ``symmetric`` keeps the [-1, 1] input; the others re-normalize it with :data:`MEAN_STD`).
+
+    A model's normalization is set once: asking again for the same one is a no-op, any other
+    change after a non-symmetric one is a ``ModelError``."""
     if name not in NORMALIZATIONS:
         raise ModelError(
             f"unknown normalization {name!r}; choose one of: {', '.join(NORMALIZATIONS)}"
         )
-    if name == "imagenet":
-        if model.input_normalization == "imagenet":
-            return model
-        model.backbone.register_forward_pre_hook(ImageNetInput())
-    elif model.input_normalization == "imagenet":
-        raise ModelError("a model's ImageNet input normalization cannot be removed")
+    if model.input_normalization == name:
+        return model
+    if model.input_normalization != "symmetric":
+        raise ModelError(
+            f"a model's {model.input_normalization} input normalization cannot be changed"
+        )
+    if name != "symmetric":
+        model.backbone.register_forward_pre_hook(MeanStdInput(*MEAN_STD[name]))
     model.input_normalization = name
+    return model
+
+
+def set_gray_input(model: FedModel) -> FedModel:
+    """Make ``model``'s backbone take any number of channels and see their mean (one channel):
+    for a backbone built with 1 input channel fed gray images stored as identical channels.
+    The hook runs before any normalization hook (registered first whatever the order)."""
+    if not model.gray_input:
+        model.backbone.register_forward_pre_hook(GrayInput(), prepend=True)
+        model.gray_input = True
     return model
 
 
@@ -68,9 +115,12 @@ class FedModel(nn.Module):
         embed_dim: size of the feature vector.
         num_classes: number of output logits.
         arch: the registry name the model was built from (informational).
-        input_normalization: ``symmetric`` (the [-1, 1] input as is) or ``imagenet`` (the
+        input_normalization: ``symmetric`` (the [-1, 1] input as is), ``imagenet`` (the
             backbone re-normalizes it with ImageNet's mean and std, as pretrained torchvision
-            weights expect); see :func:`set_input_normalization`.
+            weights expect) or ``mnist`` (MNIST's mean and std on every channel); see
+            :func:`set_input_normalization`.
+        gray_input: the backbone averages its input's channels into one before anything
+            else (built with 1 input channel; see :func:`set_gray_input`).
     """
 
     def __init__(
@@ -89,6 +139,7 @@ class FedModel(nn.Module):
         self.num_classes = int(num_classes)
         self.arch = arch
         self.input_normalization = "symmetric"
+        self.gray_input = False
         self.weights_layout: str | None = None  # set by load_weights: fedshift / torchvision
         #: the input normalization the loaded weights expect (None: no pretrained weights)
         self.weights_normalization: str | None = None

@@ -24,7 +24,7 @@ from fedshift.plugins import (
 )
 
 from .alexnet import build_alexnet
-from .base import NORMALIZATIONS, FedModel, set_input_normalization
+from .base import NORMALIZATIONS, FedModel, set_gray_input, set_input_normalization
 from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
 from .resnet import build_resnet
 from .timm_backbones import EFFICIENTNET_LITE, TIMM_PREFIX, build_efficientnet_lite, build_timm
@@ -212,6 +212,7 @@ def build_model(
     image_size: int = 32,
     weights_path: str | os.PathLike | None = None,
     normalize: str = "symmetric",
+    gray_input: bool = False,
     **options,
 ) -> FedModel:
     """Build a registered model; parameters get torch's default init under the global RNG.
@@ -228,7 +229,12 @@ def build_model(
             [-1, 1]), ``imagenet`` (ImageNet mean/std, for ImageNet-pretrained weights), or
             ``auto``: ``imagenet`` when ``weights_path`` is a torchvision state_dict (the
             layout of torchvision's ImageNet weights), else ``symmetric``. The run key
-            ``normalize`` defaults to ``auto``; this function to ``symmetric``.
+            ``normalize`` defaults to ``auto``; this function to ``symmetric``. ``mnist``:
+            MNIST's mean and std (0.1307, 0.3081) on every channel.
+        gray_input: build the backbone with 1 input channel and give it the mean over the
+            ``in_channels`` channels of its input (a forward pre-hook running before the
+            normalization; exact for gray images stored as identical channels). The run key
+            ``input_channels=1``.
         **options: model-specific options (see each builder's docstring); unknown options
             raise ``ModelError``.
 
@@ -248,8 +254,9 @@ def build_model(
             f"accepted options: {', '.join(allowed) or '(none)'}"
         )
     builder = _BUILDERS[name]
-    check_builder_signature(name, builder, num_classes, in_channels, image_size, options)
-    model = builder(num_classes, in_channels=in_channels, image_size=image_size, **options)
+    channels = 1 if gray_input else in_channels
+    check_builder_signature(name, builder, num_classes, channels, image_size, options)
+    model = builder(num_classes, in_channels=channels, image_size=image_size, **options)
     if not isinstance(model, FedModel):
         raise ModelError(
             f"model {name!r} built a {type(model).__name__}, not a fedshift.models.FedModel "
@@ -266,8 +273,11 @@ def build_model(
             load_weights(model, weights_path)
     if normalize == "auto":
         normalize = model.weights_normalization or "symmetric"
-    if normalize == "imagenet" and in_channels != 3:
-        raise ModelError(f"normalize=imagenet needs 3 input channels, got {in_channels}")
+    if normalize == "imagenet" and channels != 3:
+        gray = " (input_channels=1)" if gray_input else ""
+        raise ModelError(f"normalize=imagenet needs 3 input channels, got {channels}{gray}")
+    if gray_input and in_channels != 1:
+        set_gray_input(model)
     return set_input_normalization(model, normalize)
 
 
