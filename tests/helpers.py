@@ -58,9 +58,9 @@ def msst_cfg(algorithm: str = "fact", **overrides):
     return resolve(None, flags, [f"{k}={v}" for k, v in settings.items()])
 
 
-def run_personalized(tmp_path, synthetic, algorithm, name, **sets):
-    """A short personalized run (3 N-way K-shot clients) on the ``synthetic`` fixture:
-    the summary, the per-round history and the experiment."""
+def personalized_cfg(algorithm: str, **sets):
+    """The config of a short personalized run: 3 N-way K-shot clients (2 ways, 6 shots),
+    2 rounds, batch 8, on the CPU; ``sets`` override any of it."""
     settings = {
         "device": "cpu",
         "rounds": 2,
@@ -72,12 +72,17 @@ def run_personalized(tmp_path, synthetic, algorithm, name, **sets):
         "stdev": 0,
         **sets,
     }
-    cfg = resolve(
+    return resolve(
         None,
         {"algorithm": algorithm, "protocol": "personalized"},
         [f"{k}={v}" for k, v in settings.items()],
     )
-    exp = prepare(cfg, dataset=synthetic)
+
+
+def run_personalized(tmp_path, synthetic, algorithm, name, **sets):
+    """A short personalized run (:func:`personalized_cfg`) on the ``synthetic`` fixture:
+    the summary, the per-round history and the experiment."""
+    exp = prepare(personalized_cfg(algorithm, **sets), dataset=synthetic)
     runner = Runner(exp, tmp_path / name, progress=False)
     summary = runner.run()
     return summary, read_history(tmp_path / name), exp

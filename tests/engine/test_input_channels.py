@@ -8,10 +8,9 @@ import json
 
 import pytest
 import torch
-from helpers import read_history
+from helpers import personalized_cfg, read_history
 
 from fedshift.cli import main
-from fedshift.config import resolve
 from fedshift.core.errors import ConfigError
 from fedshift.core.split import Split
 from fedshift.data.domains import Domain, DomainDataset
@@ -43,26 +42,9 @@ def gray_digits() -> DomainDataset:
 
 
 def gray_cfg(rounds: int = 1, **sets):
-    settings = {
-        "device": "cpu",
-        "threads": 1,
-        "rounds": rounds,
-        "batch_size": 8,
-        "partition": "nway-kshot",
-        "clients_per_domain": 3,
-        "ways": 2,
-        "shots": 6,
-        "stdev": 0,
-        "model": "fedproto-cnn",
-        "input_channels": 1,
-        "normalize": "mnist",
-        **sets,
-    }
-    return resolve(
-        None,
-        {"algorithm": "fedproto", "protocol": "personalized"},
-        [f"{k}={v}" for k, v in settings.items()],
-    )
+    """A short fedproto run on one input channel with MNIST's normalization."""
+    keys = {"model": "fedproto-cnn", "input_channels": 1, "normalize": "mnist", **sets}
+    return personalized_cfg("fedproto", threads=1, rounds=rounds, **keys)
 
 
 def test_a_fedproto_run_with_one_input_channel_and_mnist_normalization(tmp_path, gray_digits):
@@ -90,11 +72,13 @@ def test_a_run_with_one_input_channel_resumes_to_a_straight_runs_numbers(tmp_pat
     ours = extended.run(resume=True)
     reference = straight.run()
     assert ours["personalized_accuracy"] == reference["personalized_accuracy"]
-    rows = [{k: v for k, v in r.items() if "seconds" not in k and "time" not in k} for r in
-            read_history(tmp_path / "b")]  # fmt: skip
-    refs = [{k: v for k, v in r.items() if "seconds" not in k and "time" not in k} for r in
-            read_history(tmp_path / "a")]  # fmt: skip
-    assert rows == refs
+
+    def untimed(run: str) -> list[dict]:
+        rows = read_history(tmp_path / run)
+        timed = ("seconds", "time")
+        return [{k: v for k, v in r.items() if not any(t in k for t in timed)} for r in rows]
+
+    assert untimed("b") == untimed("a")
 
 
 def test_the_defaults_build_the_datasets_channels_unnormalized(gray_digits):
