@@ -179,6 +179,28 @@ def test_resume_from_the_previous_checkpoint_is_bit_identical(tmp_path, tiny_dig
     )
 
 
+def test_resume_on_other_client_data_is_refused_and_writes_nothing(tmp_path, tiny_digits):
+    """A run whose clients held other data (a changed copy, or a fedshift that splits it
+    otherwise, e.g. a held-out test part where the whole domain was tested) is not
+    continued on today's data: one line naming the first client that differs."""
+    assert run(tmp_path, "b", "fedavg", tiny_digits, 3, stop_after=2) == {}
+    config_file = tmp_path / "b" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["run_info"]["clients"][1]["test"] += 7  # the run's client 1 was tested on more
+    config_file.write_text(json.dumps(config))
+
+    def files() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir() if p.is_file()}
+
+    kept = files()
+    with pytest.raises(CheckpointError, match=r"clients' data differ from the run's \(client 1"):
+        run(tmp_path, "b", "fedavg", tiny_digits, 3, resume=True)
+    assert files() == kept
+    del config["run_info"]["clients"]  # a config.json without the list is not checked
+    config_file.write_text(json.dumps(config))
+    assert run(tmp_path, "b", "fedavg", tiny_digits, 3, resume=True)["rounds"] == 3
+
+
 @pytest.mark.parametrize("algorithm", ["fedavg", "ditto", "fedproto", "moon"])
 def test_extending_a_finished_run_equals_a_straight_longer_run(tmp_path, tiny_digits, algorithm):
     straight = run(tmp_path, "straight", algorithm, tiny_digits, 3)

@@ -73,6 +73,26 @@ def check_resume_config(saved: dict[str, Any], cfg: RunConfig) -> None:
         )
 
 
+def check_resume_clients(saved: list[dict] | None, now: list[dict]) -> None:
+    """Refuse to resume on other data than the run trained on: each client's name, domain,
+    role and train/val/test sizes recorded in its ``config.json`` (``run_info.clients``) must
+    be today's. A changed dataset copy, or a fedshift that splits it otherwise (e.g. a test
+    part held out where the whole domain was tested), would otherwise continue the run on
+    different data without a word. A run whose config.json has no client list is not
+    checked."""
+    if not saved:
+        return
+    for index in range(max(len(saved), len(now))):
+        before = saved[index] if index < len(saved) else None
+        after = now[index] if index < len(now) else None
+        if before != after:
+            raise CheckpointError(
+                f"cannot resume: the clients' data differ from the run's (client {index}: "
+                f"saved {before}, now {after}); the dataset copy or fedshift's split of it "
+                "changed: start a new run"
+            )
+
+
 class Runner:
     """Drives one experiment through its rounds with checkpoints after each round."""
 
@@ -141,6 +161,8 @@ class Runner:
         self._states_saved = False
         if resume:
             start, state, history, wall = self._restore()
+            saved = RunFiles(self.out).read_config() or {}
+            check_resume_clients(saved.get("run_info", {}).get("clients"), self.exp.info["clients"])
             self._record_rounds(cfg.rounds)
         else:
             RunFiles(self.out).write_config({**cfg.to_dict(), "run_info": self.exp.info})
