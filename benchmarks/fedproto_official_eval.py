@@ -15,6 +15,7 @@ server's final prototypes from ``checkpoint.pt``, and prints both.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -71,13 +72,23 @@ def client_counts(run_dir: Path) -> list[tuple[int, int, int]]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="FedProto's published figure (the official running-ratio formula) beside "
+        "fedshift's per-client figure, from finished fedproto-mnist runs."
+    )
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")
+    args = parser.parse_args()
+    for run in args.runs:
+        if not (run / "checkpoint.pt").is_file():
+            print(f"error: {run} holds no checkpoint.pt (not a finished run)", file=sys.stderr)
+            sys.exit(2)
     print(
         "| run | fedshift: mean ± std over clients (prototype rule) | official formula: "
         "mean ± std of running ratios | head alone |"
     )
     print("|---|---|---|---|")
-    for run in sys.argv[1:]:
-        counts = client_counts(Path(run))
+    for run in args.runs:
+        counts = client_counts(run)
         own = [100 * g / t for _, g, t in counts]
         correct = total = 0
         running = []
@@ -89,7 +100,7 @@ def main() -> None:
             running.append(100 * correct / total)
         head_only = 100 * sum(h for h, _, _ in counts) / sum(t for _, _, t in counts)
         print(
-            f"| {Path(run).name} | {statistics.mean(own):.2f} ± {statistics.stdev(own):.2f} "
+            f"| {run.name} | {statistics.mean(own):.2f} ± {statistics.stdev(own):.2f} "
             f"| {np.mean(running):.2f} ± {np.std(running):.2f} | {head_only:.2f} |"
         )
 
