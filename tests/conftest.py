@@ -122,3 +122,16 @@ def backbone(tmp_path_factory, tiny_digits):
     path = tmp_path_factory.mktemp("backbone") / "cnn-syn.pt"
     pretrain(tiny_digits, "syn", path, epochs=1, batch_size=32)
     return path
+
+
+#: one torch thread per test process, as runs use (threads=0, engine/compute.py): the
+#: workers of ``-n auto`` are one per core, and a second thread each would only contend
+torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that start Flower processes run one after another on one xdist worker: they pick
+    free ports and time their processes, which a second Flower test beside them would race."""
+    for item in items:
+        if item.get_closest_marker("flower") or "engine/flower/" in item.nodeid:
+            item.add_marker(pytest.mark.xdist_group("flower"))
