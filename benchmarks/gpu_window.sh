@@ -104,7 +104,7 @@ step() {
 }
 
 if [ "$dry" -eq 1 ]; then
-  step gpu-tests 120 "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
+  step gpu-tests 120 "$py" -m pytest -q -o addopts= -m gpu -p no:cacheprovider tests/test_gpu.py
   step throughput 120 "$py" benchmarks/throughput.py --quick --device cpu \
     --methods sequential,vectorized,fused --threads 1
   # the compile line with the eager backend: inductor's C++ build takes minutes on a CPU
@@ -118,7 +118,7 @@ if [ "$dry" -eq 1 ]; then
   # on a CPU, and its training is tested by the contract and FACT's own tests
   uda_rounds=1 uda_extra="--set client_data_fraction=0.02 --model cnn" uda_rows=fedavg,fact
 else
-  step gpu-tests 90 "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
+  step gpu-tests 90 "$py" -m pytest -q -o addopts= -m gpu -p no:cacheprovider tests/test_gpu.py
   step throughput 100 "$py" benchmarks/throughput.py --clients 100 --device cuda \
     --methods sequential,vectorized,fused --repeats 3
   step resnet 150 "$py" benchmarks/data_pipeline.py --parts resnet --size 224 --batch 256 \
