@@ -11,7 +11,11 @@ import pytest
 import torch
 from helpers import CLASSES, NAN, run_info, run_personalized, t
 
-from fedshift.algorithms._prototypes import prototype_arrays, prototype_loss
+from fedshift.algorithms._prototypes import (
+    prototype_arrays,
+    prototype_loss,
+    prototypes_from_arrays,
+)
 from fedshift.algorithms.bd_fedproto import BDFedProto
 from fedshift.algorithms.fedproto import FedProto, FedProtoHparams, only_classes, predict_nearest
 from fedshift.core.federation import Federation
@@ -213,3 +217,46 @@ def test_gaussian_pair_epsilon_matches_opacus_prv_accountant():
         numerical = prv.get_epsilon(delta=1e-5)
     assert gaussian_pair_epsilon(1.0, 1.0, 1e-5) == pytest.approx(numerical, abs=0.02)
     assert gaussian_pair_epsilon(1.0, 1.0, 1e-5) == pytest.approx(4.377, abs=1e-3)
+
+
+class _CountingBackbone(torch.nn.Module):
+    """Features = inputs + the number of training-mode forwards so far (inputs in eval mode):
+    shows which training batches a prototype was taken from."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        x = x.flatten(1)
+        if not self.training:
+            return x
+        self.calls += 1
+        return x + self.calls
+
+
+@pytest.mark.parametrize(
+    ("mode", "shift"),
+    # 4 samples of class 0 in batches of 2, 2 local epochs: forwards 1, 2 then 3, 4
+    [("after-training", 0.0), ("training-batches", 3.5)],
+)
+def test_local_prototypes_come_from_the_last_epochs_training_batches_or_an_eval_pass(mode, shift):
+    from dataclasses import replace
+
+    from helpers import client_context
+
+    x = t([[1.0, 0.0], [3.0, 2.0], [5.0, 4.0], [7.0, 6.0]]).view(4, 2, 1, 1)
+    ctx = client_context(x)
+    ctx.build_model = lambda: FedModel(
+        _CountingBackbone(), torch.nn.Linear(2, 3), embed_dim=2, num_classes=3
+    )
+    ctx.num_classes = 3
+    ctx.train_cfg = replace(ctx.train_cfg, batch_size=2, local_epochs=2, lr=0.1)
+    algo = FedProto(FedProtoHparams(local_prototypes=mode), run=run_info())
+    reply = algo.train(ctx, Record())
+    protos, counts = prototypes_from_arrays(reply.arrays)
+    assert counts == {0: 4}
+    # the class mean of the inputs, (4, 3) scaled to [-1, 1] as every image is; official:
+    # plus mean(3, 3, 4, 4), the forwards of epoch 2 only
+    mean = [4.0 / 127.5 - 1, 3.0 / 127.5 - 1]
+    assert protos[0].tolist() == pytest.approx([m + shift for m in mean], abs=1e-6)

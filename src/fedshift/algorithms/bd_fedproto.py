@@ -195,6 +195,11 @@ class BDFedProto(FedProto):
         weight = self.hp.alpha * float(ctx.state.get("lambda_d", self.hp.lambda_init))
         return weight * contrastive, {"proto-loss": positive, "negative-loss": negative}
 
+    def local_prototypes(self) -> str:
+        """BD-FedProto's prototypes: the eval-mode pass after training (its Hparams have no
+        ``local_prototypes``)."""
+        return "after-training"
+
     def after_training(self, ctx: ClientContext, metrics: dict[str, float]) -> dict[str, float]:
         """DA: update λ_D from this round's and the previous round's L_S and L_P means."""
         hp = self.hp

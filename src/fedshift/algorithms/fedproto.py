@@ -11,7 +11,9 @@ import torch.nn.functional as F
 
 from fedshift.algorithms._prototypes import (
     PrototypeModel,
+    accumulate_class_sums,
     aggregate_prototypes,
+    class_means,
     local_statistics,
     nearest_prototype_scores,
     prototype_arrays,
@@ -32,6 +34,7 @@ from fedshift.core.state import ServerState
 from fedshift.eval.metrics import accuracy
 
 Inference = Literal["own-prototypes", "all-prototypes", "head"]
+LocalPrototypes = Literal["after-training", "training-batches"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,13 @@ class FedProtoHparams(BaseHparams):
         "how a client classifies: own-prototypes = nearest global prototype among its own "
         "classes (official code); all-prototypes = among every global prototype (eq. 5); "
         "head = the classifier",
+    )
+    local_prototypes: LocalPrototypes = hp(
+        "after-training",
+        "",
+        "how a client computes its prototypes: after-training = one eval-mode pass over its "
+        "training split after local training (eq. 2); training-batches = the training-mode "
+        "features of the last local epoch's batches, as they are trained on (official code)",
     )
 
 
@@ -78,12 +88,15 @@ class FedProto(Algorithm):
     Deviation notes:
 
     * Local prototypes are computed after local training in eval mode, in one pass over the
-      whole training split (eq. 2 on the trained model, dropout off). The official
+      whole training split (eq. 2 on the trained model, dropout off;
+      ``local_prototypes="after-training"``, the default). The official
       ``LocalUpdate.update_weights_het`` (``lib/update.py``) collects training-mode
-      features batch by batch while it trains (each before that batch's update), but
-      empties its per-class lists at the start of every local epoch, so only the last
-      local epoch's batches count (``train_ep`` defaults to 1; its loader drops the last
-      incomplete batch); ``agg_func`` (``lib/utils.py``) averages them per class.
+      features batch by batch while it trains (each before that batch's update, dropout
+      on), but empties its per-class lists at the start of every local epoch, so only the
+      last local epoch's batches count (``train_ep`` defaults to 1; its loader drops the
+      last incomplete batch); ``agg_func`` (``lib/utils.py``) averages them per class.
+      ``local_prototypes="training-batches"`` does that (every trained batch of the last
+      epoch; a batch of one sample is skipped, not the last incomplete batch).
     * Eq. 1 normalisation: as printed, C̄(c) = (1/|𝒩_c|)·Σ_{k∈𝒩_c} (|D_{k,c}|/N_c)·C_k(c),
       with 𝒩_c the set of clients holding c and N_c the class-c sample total; the count
       weights already sum to one, so read literally the extra 1/|𝒩_c| shrinks C̄(c) by the
@@ -222,6 +235,10 @@ class FedProto(Algorithm):
         distance = prototype_loss(features, labels, table)
         return self.hp.proto_weight * distance, {"proto-loss": distance}
 
+    def local_prototypes(self) -> LocalPrototypes:
+        """Where the client's prototypes come from (the hyperparameter)."""
+        return self.hp.local_prototypes
+
     def after_training(self, ctx: ClientContext, metrics: dict[str, float]) -> dict[str, float]:
         """Hook after local training (BD-FedProto's dynamic adjustment): ``metrics`` holds the
         mean losses by name; returns metrics to add to the reply."""
@@ -245,22 +262,37 @@ class FedProto(Algorithm):
         model.to(ctx.device).train()
         cfg = ctx.train_cfg
 
+        # the training-mode features of the epoch being trained, per class (the official
+        # prototypes when local_prototypes = "training-batches"; emptied at each epoch)
+        epoch_sums: dict[int, torch.Tensor] = {}
+        epoch_counts: dict[int, int] = {}
+        from_batches = self.local_prototypes() == "training-batches"
+
         def step_loss(x: torch.Tensor, y: torch.Tensor):
             features = model.features(x)
+            if from_batches:
+                accumulate_class_sums(epoch_sums, epoch_counts, features.detach(), y)
             ce = F.cross_entropy(model.classifier(features), y)
             extra, parts = self.regularizer(ctx, features, y)
             return ce + extra, {"ce-loss": ce, **parts}
 
+        def epoch_batches():
+            epoch_sums.clear()
+            epoch_counts.clear()
+            return ctx.train.batches(cfg.batch_size, ctx.rng)
+
         sums, seen = fit(
             make_optimizer(model.parameters(), cfg),
             cfg.local_epochs,
-            lambda: ctx.train.batches(cfg.batch_size, ctx.rng),
+            epoch_batches,
             step_loss,
             precision=ctx.precision,
         )
         metrics = local_metrics(ctx, seen, **sums)
         ctx.state["model"] = state_dict_cpu(model)
         protos, counts, mi = local_statistics(model, ctx.train, ctx.device, with_mi=True)
+        if from_batches and epoch_counts:
+            protos = class_means(epoch_sums, epoch_counts)
         ctx.state["classes"] = torch.tensor(sorted(protos), dtype=torch.long)
         privacy = self.run.privacy
         if privacy is not None:
