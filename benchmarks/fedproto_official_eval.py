@@ -71,6 +71,18 @@ def client_counts(run_dir: Path) -> list[tuple[int, int, int]]:
     return counts
 
 
+def official_running_ratios(counts: list[tuple[int, int, int]]) -> list[float]:
+    """The accuracies the official code appends, in %: for client i, the ratio of correct to
+    scored over clients 0..i, its head pass and its prototype pass pooled (never reset)."""
+    correct = total = 0
+    running = []
+    for head, proto, tests in counts:
+        correct += head + proto
+        total += 2 * tests  # the head pass, then the prototype pass (acc_list_g)
+        running.append(100 * correct / total)
+    return running
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description="FedProto's published figure (the official running-ratio formula) beside "
@@ -90,14 +102,7 @@ def main() -> None:
     for run in args.runs:
         counts = client_counts(run)
         own = [100 * g / t for _, g, t in counts]
-        correct = total = 0
-        running = []
-        for head, proto, tests in counts:
-            correct += head
-            total += tests  # the head pass
-            correct += proto
-            total += tests  # the prototype pass, appended as acc_list_g
-            running.append(100 * correct / total)
+        running = official_running_ratios(counts)
         head_only = 100 * sum(h for h, _, _ in counts) / sum(t for _, _, t in counts)
         print(
             f"| {run.name} | {statistics.mean(own):.2f} ± {statistics.stdev(own):.2f} "

@@ -1,0 +1,29 @@
+"""benchmarks/fedproto_official_eval.py: the official FedProto running-ratio formula."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_running_ratios_pool_both_passes_and_never_reset(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    official = importlib.import_module("fedproto_official_eval")
+    # (head correct, prototype correct, test images) of three clients
+    counts = [(9, 10, 10), (2, 4, 5), (30, 27, 30)]
+    # client 0: 19 / 20; clients 0-1: 25 / 30; clients 0-2: 82 / 90
+    assert official.official_running_ratios(counts) == [95.0, 100 * 25 / 30, 100 * 82 / 90]
+    assert official.official_running_ratios([]) == []
+
+
+def test_a_folder_without_a_finished_run_is_one_line_and_exit_2(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "fedproto_official_eval.py"), str(tmp_path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: {tmp_path} holds no checkpoint.pt (not a finished run)"
