@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from fedshift.config import rebuild_config
-from fedshift.core.torchload import load_weights_only
+from fedshift.core.runfiles import RunFiles
+from fedshift.core.state import load_checkpoint
 
 CLIENTS, SHOTS, STDEV, CLASSES = 20, 100, 2, 10
 
@@ -36,7 +37,7 @@ def official_draw(ways: int, seed: int) -> tuple[list[int], list[int]]:
 
 def run_ways(run_dir: Path) -> tuple[int, list[int]]:
     """The run's ``ways`` setting and its clients' class counts."""
-    checkpoint = load_weights_only(str(run_dir / "checkpoint.pt"))
+    checkpoint = load_checkpoint(RunFiles(run_dir).checkpoint)
     counts = sorted(len(client["classes"]) for client in checkpoint["clients"].values())
     return int(rebuild_config(run_dir).ways), counts
 
@@ -47,7 +48,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1234, help="the official --seed")
     args = parser.parse_args()
     for run in args.runs:
-        if not (run / "checkpoint.pt").is_file():
+        if not RunFiles(run).checkpoint.is_file():
             print(f"error: {run} holds no checkpoint.pt (not a finished run)", file=sys.stderr)
             sys.exit(2)
     print("| draw | n | mean ways per client | ways per client (sorted) | shots |")

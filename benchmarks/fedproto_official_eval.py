@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from fedshift.config import rebuild_config
-from fedshift.core.torchload import load_weights_only
+from fedshift.core.runfiles import RunFiles
+from fedshift.core.state import load_checkpoint
 from fedshift.data import load_dataset
 from fedshift.models import build_model, normalize_input
 from fedshift.scenarios.scenario import partition_sources
@@ -44,7 +45,7 @@ def client_counts(run_dir: Path) -> list[tuple[int, int, int]]:
     domain = dataset.domain_names[0]
     test = dataset.domain(domain).test
     specs = partition_sources(cfg, dataset, [domain])
-    checkpoint = load_weights_only(str(run_dir / "checkpoint.pt"))
+    checkpoint = load_checkpoint(RunFiles(run_dir).checkpoint)
     table = {int(c): v for c, v in checkpoint["server"]["extra"]["prototypes"].items()}
     counts = []
     for spec in specs:
@@ -91,7 +92,7 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR")
     args = parser.parse_args()
     for run in args.runs:
-        if not (run / "checkpoint.pt").is_file():
+        if not RunFiles(run).checkpoint.is_file():
             print(f"error: {run} holds no checkpoint.pt (not a finished run)", file=sys.stderr)
             sys.exit(2)
     print(
