@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from fedshift.config import rebuild_config
+from fedshift.core.errors import FedshiftError
 from fedshift.core.runfiles import RunFiles
 from fedshift.core.state import load_checkpoint
 
@@ -51,6 +52,11 @@ def main() -> None:
         if not RunFiles(run).checkpoint.is_file():
             print(f"error: {run} holds no checkpoint.pt (not a finished run)", file=sys.stderr)
             sys.exit(2)
+    try:  # every run is read before the table starts: a bad one prints no partial table
+        run_draws = [(run, *run_ways(run)) for run in args.runs]
+    except FedshiftError as err:  # a corrupt checkpoint, a config that no longer resolves
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     print("| draw | n | mean ways per client | ways per client (sorted) | shots |")
     print("|---|---|---|---|---|")
     for ways in (3, 4, 5):
@@ -59,8 +65,7 @@ def main() -> None:
             f"| official, seed {args.seed} | {ways} | {np.mean(n_list):.2f} | "
             f"{' '.join(map(str, n_list))} | {min(k_list)}-{max(k_list)} |"
         )
-    for run in args.runs:
-        ways, counts = run_ways(run)
+    for run, ways, counts in run_draws:
         print(f"| {run.name} | {ways} | {np.mean(counts):.2f} | {' '.join(map(str, counts))} | |")
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from fedshift.config import rebuild_config
+from fedshift.core.errors import FedshiftError
 from fedshift.core.runfiles import RunFiles
 from fedshift.core.state import load_checkpoint
 from fedshift.data import load_dataset
@@ -33,6 +34,7 @@ from fedshift.scenarios.scenario import partition_sources
 
 def client_counts(run_dir: Path) -> list[tuple[int, int, int]]:
     """(head correct, prototype correct, test images) per client, in client order."""
+    checkpoint = load_checkpoint(RunFiles(run_dir).checkpoint)  # first: a bad one fails fast
     cfg = rebuild_config(run_dir)
     torch.set_num_threads(1)
     dataset = load_dataset(
@@ -45,7 +47,6 @@ def client_counts(run_dir: Path) -> list[tuple[int, int, int]]:
     domain = dataset.domain_names[0]
     test = dataset.domain(domain).test
     specs = partition_sources(cfg, dataset, [domain])
-    checkpoint = load_checkpoint(RunFiles(run_dir).checkpoint)
     table = {int(c): v for c, v in checkpoint["server"]["extra"]["prototypes"].items()}
     counts = []
     for spec in specs:
@@ -95,13 +96,17 @@ def main() -> None:
         if not RunFiles(run).checkpoint.is_file():
             print(f"error: {run} holds no checkpoint.pt (not a finished run)", file=sys.stderr)
             sys.exit(2)
+    try:  # every run is read before the table starts: a bad one prints no partial table
+        all_counts = [client_counts(run) for run in args.runs]
+    except FedshiftError as err:  # a corrupt checkpoint, a config that no longer resolves
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
     print(
         "| run | fedshift: mean ± std over clients (prototype rule) | official formula: "
         "mean ± std of running ratios | head alone |"
     )
     print("|---|---|---|---|")
-    for run in args.runs:
-        counts = client_counts(run)
+    for run, counts in zip(args.runs, all_counts, strict=True):
         own = [100 * g / t for _, g, t in counts]
         running = official_running_ratios(counts)
         head_only = 100 * sum(h for h, _, _ in counts) / sum(t for _, _, t in counts)

@@ -27,3 +27,16 @@ def test_a_folder_without_a_finished_run_is_one_line_and_exit_2(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip() == f"error: {tmp_path} holds no checkpoint.pt (not a finished run)"
+
+
+def test_a_corrupt_checkpoint_is_one_line_and_exit_2_in_both_scripts(tmp_path):
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint" * 64)
+    for script in ("fedproto_official_eval.py", "fedproto_official_draw.py"):
+        done = subprocess.run(
+            [sys.executable, str(BENCHMARKS / script), str(tmp_path)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, (script, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: checkpoint "), (script, lines)
+        assert "corrupt" in lines[0] and done.stdout == ""
