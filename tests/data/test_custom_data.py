@@ -106,6 +106,15 @@ def test_bad_datasets_are_one_clear_error(data, message):
         make_dataset({"mine": data})
 
 
+def test_a_split_given_as_a_mapping_is_one_clear_error():
+    x, y = tensors(n=4)
+    split = {"x": x, "y": y}  # a mapping has __len__ and __getitem__ but is no dataset
+    with pytest.raises(
+        DatasetError, match=r"domain 'mine' \(train\).*got a mapping \(keys 'x', 'y'\)"
+    ):
+        make_dataset({"mine": {"train": split, "val": (x, y), "test": (x, y)}})
+
+
 def test_segmentation_pairs_keep_masks():
     x, _ = tensors(n=10)
     masks = (x[:, 0] > 0.5).to(torch.uint8)

@@ -103,6 +103,12 @@ def _split_of(data: Any, domain: str, split: str, segmentation: bool) -> Split:
     where = f"domain {domain!r} ({split})"
     if isinstance(data, Split):
         return data
+    if isinstance(data, Mapping):  # has __len__ and __getitem__, but its keys are not 0..N-1
+        keys = ", ".join(map(repr, list(data)[:4]))
+        raise DatasetError(
+            f"{where}: expected (images, labels) tensors or a map-style dataset of (image, "
+            f"label) pairs, got a mapping (keys {keys or 'none'})"
+        )
     if (
         isinstance(data, tuple | list)
         and len(data) == 2
