@@ -47,24 +47,46 @@ def client_counts(run_dir: Path) -> list[tuple[int, int, int]]:
     domain = dataset.domain_names[0]
     test = dataset.domain(domain).test
     specs = partition_sources(cfg, dataset, [domain])
+    clients = [
+        (
+            spec.client_id,
+            test.x[torch.from_numpy(spec.test_idx)],
+            test.y[torch.from_numpy(spec.test_idx)],
+        )
+        for spec in specs
+    ]
+    gray = cfg.input_channels == 1
+    return score_clients(checkpoint, (cfg.model, cfg.normalize, gray), dataset.num_classes, clients)
+
+
+def score_clients(
+    checkpoint: dict,
+    model_keys: tuple[str, str, bool],
+    num_classes: int,
+    clients: list[tuple[int, torch.Tensor, torch.Tensor]],
+) -> list[tuple[int, int, int]]:
+    """(head correct, prototype correct, test images) of each ``(client id, uint8 images,
+    labels)``: the client's final model from ``checkpoint`` (built from ``model_keys``: the run
+    keys ``model`` and ``normalize``, and whether ``input_channels`` is 1), its head over all
+    classes, and the nearest global prototype among its own classes (the official MSE
+    distance)."""
+    model_name, normalize, gray_input = model_keys
     table = {int(c): v for c, v in checkpoint["server"]["extra"]["prototypes"].items()}
     counts = []
-    for spec in specs:
-        state = checkpoint["clients"][str(spec.client_id)]
+    for client_id, images, y in clients:
+        state = checkpoint["clients"][str(client_id)]
         model = build_model(
-            cfg.model, dataset.num_classes, in_channels=dataset.channels,
-            image_size=dataset.image_size, normalize=cfg.normalize,
-            gray_input=cfg.input_channels == 1,
+            model_name, num_classes, in_channels=images.shape[1],
+            image_size=images.shape[-1], normalize=normalize, gray_input=gray_input,
         )  # fmt: skip
         model.load_state_dict(state["model"])
         model.eval()
         own = [int(c) for c in state["classes"].tolist()]
-        x = normalize_input(test.x[torch.from_numpy(spec.test_idx)])
-        y = test.y[torch.from_numpy(spec.test_idx)]
+        x = normalize_input(images)
         with torch.no_grad():
             features = model.features(x)
             head = model.classifier(features).argmax(1)
-        distance = torch.full((len(y), dataset.num_classes), 100.0)  # the official 'large'
+        distance = torch.full((len(y), num_classes), 100.0)  # the official 'large'
         for c in own:
             if c in table:
                 distance[:, c] = ((features - table[c]) ** 2).mean(1)  # MSELoss per sample
