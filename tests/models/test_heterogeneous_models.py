@@ -1,10 +1,12 @@
-"""Heterogeneous client models (``hetero_models``): variant parsing, block assignment, and
-training with an algorithm that shares no model weights."""
+"""Heterogeneous client models (``hetero_models``) and each client's own initialization
+(``client_init=own``): variant parsing, block assignment, seeding, and training with an
+algorithm that shares no model weights."""
 
 from __future__ import annotations
 
 import pytest
-from helpers import run_personalized
+import torch
+from helpers import personalized_cfg, run_personalized
 
 from fedshift.config import resolve
 from fedshift.core.errors import ConfigError, ModelError
@@ -41,3 +43,38 @@ def test_variant_parsing_and_block_assignment():
     with pytest.raises(ModelError, match="key=value"):
         parse_variants("width")
     assert [variant_of_client(i, 20, 3) for i in (0, 6, 7, 13, 14, 19)] == [0, 0, 1, 1, 2, 2]
+
+
+def initial_weights(cfg, synthetic) -> list[dict[str, torch.Tensor]]:
+    """Each client's starting weights, in client order."""
+    exp = prepare(cfg, dataset=synthetic)
+    return [ctx.build_model().state_dict() for ctx in exp.contexts.values()]
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_own_client_init_gives_each_client_its_own_seeded_weights(synthetic):
+    shared = initial_weights(personalized_cfg("fedproto"), synthetic)
+    assert same(shared[0], shared[1]) and same(shared[1], shared[2])  # the default
+    own = initial_weights(personalized_cfg("fedproto", client_init="own"), synthetic)
+    assert not same(own[0], own[1]) and not same(own[1], own[2]) and not same(own[0], own[2])
+    again = initial_weights(personalized_cfg("fedproto", client_init="own"), synthetic)
+    assert all(same(a, b) for a, b in zip(own, again, strict=True))  # seeded
+    other_seed = initial_weights(personalized_cfg("fedproto", client_init="own", seed=1), synthetic)
+    assert not same(own[0], other_seed[0])
+
+
+def test_own_client_init_keeps_each_clients_variant(synthetic):
+    cfg = personalized_cfg("fedproto", client_init="own", hetero_models="width=0.5;width=1.0")
+    own = initial_weights(cfg, synthetic)
+    assert [w["backbone.conv1.weight"].shape[0] for w in own] == [16, 16, 32]
+    assert not same(own[0], own[1])  # same variant, own weights
+
+
+def test_own_client_init_needs_an_algorithm_without_model_sharing(synthetic):
+    with pytest.raises(ConfigError, match="client_init=own needs an algorithm that shares no"):
+        prepare(personalized_cfg("fedavg", client_init="own"), dataset=synthetic)
+    with pytest.raises(ConfigError, match="client_init.*shared.*own"):
+        personalized_cfg("fedproto", client_init="mine")

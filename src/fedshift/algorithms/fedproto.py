@@ -108,6 +108,10 @@ class FedProto(Algorithm):
       with ``fraction < 1``); the official code always has every client take part.
     * Optimizer, learning rate, batch size and local epochs are the run's (``lr`` 0.01 as in
       the paper; the official code uses SGD with momentum 0.5 and batch size 4).
+    * Every client starts from the same seeded weights by default (``client_init=shared``,
+      the engine's rule for all methods). The official ``exps/federated_main.py`` builds one
+      model per client, each with its own random initialization; the run key
+      ``client_init=own`` does that (each client its own seeded init).
     * With ``dp_clip`` (not in the paper): clients withhold classes with fewer than
       ``dp_min_count`` examples, clip their whole set of prototypes jointly to norm
       ``dp_clip`` (all classes as one vector) and send ``dp_min_count`` as every count; the

@@ -55,6 +55,10 @@ NORMALIZATIONS: tuple[str, ...] = typing.get_args(Normalization)
 #: the run key ``normalize``: a normalization, or auto (imagenet for torchvision weights)
 Normalize = Literal["auto", Normalization]
 NORMALIZE: tuple[str, ...] = typing.get_args(Normalize)
+#: where each client's weights start (``RunConfig.client_init``): ``shared``, one seeded init
+#: for every client (the server's); ``own``, each client its own seeded init
+ClientInit = Literal["shared", "own"]
+CLIENT_INITS: tuple[str, ...] = typing.get_args(ClientInit)
 #: experiment loggers (run key ``tracking``, a comma list) -> the module each one needs; the
 #: pip extra that installs it has the logger's name (``pip install 'fedshift[wandb]'``)
 TRACKERS: dict[str, str] = {
@@ -329,6 +333,13 @@ class RunConfig:
         "",
         'per-client model variants, e.g. "fedproto" or "out_channels=10/18;out_channels=10/20": '
         "';' separates variants, ',' options, '/' tuple items; clients get variants in blocks",
+        group="model",
+    )
+    client_init: ClientInit = key(
+        "shared",
+        "where each client's weights start: shared (one seeded init, the server's, for every "
+        "client) or own (each client its own seeded init, as FedProto's official code builds "
+        "one model per client); own only for algorithms that send no model weights",
         group="model",
     )
     # -- federation

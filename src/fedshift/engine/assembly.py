@@ -53,10 +53,12 @@ def model_builder(
     dataset: DomainDataset,
     options: dict | None = None,
     device: torch.device | None = None,
+    client_id: int | None = None,
 ):
     """A function returning the same seeded initialization on every call.
 
-    ``options`` are extra model options (a ``hetero_models`` variant). A segmentation
+    ``options`` are extra model options (a ``hetero_models`` variant); ``client_id`` gives
+    that client its own seeded initialization (``client_init=own``). A segmentation
     dataset with several mask channels (fundus: disc, cup) gets one output channel each.
     The template is channels_last where :func:`uses_channels_last` says so on ``device``
     (the run's; values are unchanged, only the layout of 4-d weights)."""
@@ -65,7 +67,8 @@ def model_builder(
     if len(channels) > 1:
         options = {"out_channels": len(channels), **(options or {})}
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(cfg.seed, "model-init"))
+        own = () if client_id is None else (client_id,)
+        torch.manual_seed(derive_seed(cfg.seed, "model-init", *own))
         try:
             template = build_model(
                 cfg.model,
@@ -165,21 +168,35 @@ def client_model_builders(
     build,
     device: torch.device | None = None,
 ) -> dict[int, Any]:
-    """Each client's model builder: ``build`` for all, or its ``hetero_models`` variant.
+    """Each client's model builder: ``build`` for all, or its ``hetero_models`` variant, and
+    with ``client_init=own`` each client its own seeded initialization.
 
     Variants go to the clients in contiguous blocks (:func:`variant_of_client`). Only
-    algorithms that send no model weights can mix architectures.
+    algorithms that send no model weights can mix architectures or initializations.
     """
     variants = parse_variants(cfg.hetero_models)
-    if not variants:
+    own_init = cfg.client_init == "own"
+    if not variants and not own_init:
         return {c.client_id: build for c in scenario.clients}
     if Kind.MODEL in REGISTRY[cfg.algorithm].shares.values():
+        what = "hetero_models" if variants else "client_init=own"
         raise ConfigError(
-            f"hetero_models needs an algorithm that shares no model weights; "
+            f"{what} needs an algorithm that shares no model weights; "
             f"{cfg.algorithm!r} averages models (try fedproto, bd-fedproto or local)"
         )
-    builds = [model_builder(cfg, dataset, options, device) for options in variants]
     n = len(scenario.clients)
+    if own_init:
+        return {
+            c.client_id: model_builder(
+                cfg,
+                dataset,
+                variants[variant_of_client(i, n, len(variants))] if variants else None,
+                device,
+                client_id=c.client_id,
+            )
+            for i, c in enumerate(scenario.clients)
+        }
+    builds = [model_builder(cfg, dataset, options, device) for options in variants]
     return {
         c.client_id: builds[variant_of_client(i, n, len(builds))]
         for i, c in enumerate(scenario.clients)
