@@ -13,10 +13,11 @@ train images at positions ``i * 110 .. i * 110 + k_i`` of each class in the labe
 of the train file (``np.argsort`` of the labels, numpy's default quicksort) and the test images
 at positions ``i * 40 .. i * 40 + 40`` of each class in the label-sorted test file. Everything
 but that sort is exactly repeatable. The order of equal labels depends on numpy's sort
-implementation (numpy 1.25 and later sort with AVX-512 where the CPU has it): the default is
-the installed numpy's order; ``--order`` reads another, written by ``--write-order`` under the
-numpy of your choice (that mode needs numpy only: e.g. a virtual environment with
-``numpy==1.24.4``, the last release before the AVX-512 sort, as the code's 2021 numpy sorted).
+implementation (numpy 1.25 began to argsort with AVX-512 where the CPU has it, 2.0 with AVX2):
+the default is the installed numpy's order; ``--order`` reads another, written by
+``--write-order`` under the numpy of your choice (that mode needs numpy only: e.g. a virtual
+environment with ``numpy==1.24.4``, the last release before those SIMD sorts; the official
+repository dates from 2021, its numpy version is not recorded).
 
 Each official client becomes one domain of an in-memory dataset (one client per domain, the
 whole domain its share); every other setting is the preset's (``--set`` overrides, e.g.
