@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from fedproto_official import official_running_ratios, score_clients
 
 from fedshift.config import rebuild_config
 from fedshift.core.errors import FedshiftError
 from fedshift.core.runfiles import RunFiles
 from fedshift.core.state import load_checkpoint
 from fedshift.data import load_dataset
-from fedshift.models import build_model, normalize_input
 from fedshift.scenarios.scenario import partition_sources
 
 
@@ -57,54 +57,6 @@ def client_counts(run_dir: Path) -> list[tuple[int, int, int]]:
     ]
     gray = cfg.input_channels == 1
     return score_clients(checkpoint, (cfg.model, cfg.normalize, gray), dataset.num_classes, clients)
-
-
-def score_clients(
-    checkpoint: dict,
-    model_keys: tuple[str, str, bool],
-    num_classes: int,
-    clients: list[tuple[int, torch.Tensor, torch.Tensor]],
-) -> list[tuple[int, int, int]]:
-    """(head correct, prototype correct, test images) of each ``(client id, uint8 images,
-    labels)``: the client's final model from ``checkpoint`` (built from ``model_keys``: the run
-    keys ``model`` and ``normalize``, and whether ``input_channels`` is 1), its head over all
-    classes, and the nearest global prototype among its own classes (the official MSE
-    distance)."""
-    model_name, normalize, gray_input = model_keys
-    table = {int(c): v for c, v in checkpoint["server"]["extra"]["prototypes"].items()}
-    counts = []
-    for client_id, images, y in clients:
-        state = checkpoint["clients"][str(client_id)]
-        model = build_model(
-            model_name, num_classes, in_channels=images.shape[1],
-            image_size=images.shape[-1], normalize=normalize, gray_input=gray_input,
-        )  # fmt: skip
-        model.load_state_dict(state["model"])
-        model.eval()
-        own = [int(c) for c in state["classes"].tolist()]
-        x = normalize_input(images)
-        with torch.no_grad():
-            features = model.features(x)
-            head = model.classifier(features).argmax(1)
-        distance = torch.full((len(y), num_classes), 100.0)  # the official 'large'
-        for c in own:
-            if c in table:
-                distance[:, c] = ((features - table[c]) ** 2).mean(1)  # MSELoss per sample
-        proto = distance.argmin(1)
-        counts.append((int((head == y).sum()), int((proto == y).sum()), len(y)))
-    return counts
-
-
-def official_running_ratios(counts: list[tuple[int, int, int]]) -> list[float]:
-    """The accuracies the official code appends, in %: for client i, the ratio of correct to
-    scored over clients 0..i, its head pass and its prototype pass pooled (never reset)."""
-    correct = total = 0
-    running = []
-    for head, proto, tests in counts:
-        correct += head + proto
-        total += 2 * tests  # the head pass, then the prototype pass (acc_list_g)
-        running.append(100 * correct / total)
-    return running
 
 
 def main() -> None:

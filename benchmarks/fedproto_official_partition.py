@@ -22,7 +22,7 @@ repository dates from 2021, its numpy version is not recorded).
 Each official client becomes one domain of an in-memory dataset (one client per domain, the
 whole domain its share); every other setting is the preset's (``--set`` overrides, e.g.
 ``input_channels=1 normalize=mnist`` for the official input). Prints fedshift's per-client
-figure and the paper's formula (``fedproto_official_eval.official_running_ratios``).
+figure and the paper's formula (``fedproto_official.official_running_ratios``).
 """
 
 from __future__ import annotations
@@ -163,15 +163,13 @@ def train_and_score(
     (each client's prototype accuracy, the official running ratios), in %. fedshift and torch
     are imported here, so ``--write-order`` needs numpy only."""
     import torch
+    from fedproto_official import official_running_ratios, score_clients
 
     import fedshift
     from fedshift.core.errors import FedshiftError
     from fedshift.core.runfiles import RunFiles
     from fedshift.core.state import load_checkpoint
     from fedshift.presets import load_preset
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fedproto_official_eval import official_running_ratios, score_clients
 
     try:
         images = {key: read_idx(mnist / f"{stem}-images-idx3-ubyte.gz") for key, stem in FILES}

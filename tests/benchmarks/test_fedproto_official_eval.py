@@ -12,7 +12,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 def test_running_ratios_pool_both_passes_and_never_reset(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    official = importlib.import_module("fedproto_official_eval")
+    official = importlib.import_module("fedproto_official")
     # (head correct, prototype correct, test images) of three clients
     counts = [(9, 10, 10), (2, 4, 5), (30, 27, 30)]
     # client 0: 19 / 20; clients 0-1: 25 / 30; clients 0-2: 82 / 90
