@@ -1,14 +1,30 @@
-"""What the FedProto comparison scripts share (``fedproto_official_eval.py``,
-``fedproto_official_partition.py``): scoring a finished run's client models as the official
-code does, and the official running-ratio formula of the published figure. Imports no
-benchmark script, so no benchmark imports another.
+"""What the FedProto comparison scripts share (``fedproto_official_draw.py``,
+``fedproto_official_eval.py``, ``fedproto_official_partition.py``): the official MNIST draw of
+ways and shots, scoring a finished run's client models as the official code does, and the
+official running-ratio formula of the published figure. Imports no benchmark script, so no
+benchmark imports another; numpy only at import (``--write-order`` runs under any numpy).
 """
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
-from fedshift.models import build_model, normalize_input
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+#: the official README's MNIST command: 20 clients, 100 shots, stdev 2; MNIST's 10 classes
+CLIENTS, SHOTS, STDEV, CLASSES = 20, 100, 2, 10
+
+
+def official_lists(ways: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The official ``n_list`` and ``k_list`` (MNIST rule) for ``ways``: the first two draws
+    after ``np.random.seed(seed)`` in ``exps/federated_main.py``, in client order."""
+    rng = np.random.RandomState(seed)  # the state np.random.seed(seed) gives
+    n_list = rng.randint(max(2, ways - STDEV), min(CLASSES, ways + STDEV + 1), CLIENTS)
+    k_list = rng.randint(SHOTS - STDEV + 1, SHOTS + STDEV - 1, CLIENTS)
+    return n_list, k_list
 
 
 def score_clients(
@@ -22,6 +38,10 @@ def score_clients(
     keys ``model`` and ``normalize``, and whether ``input_channels`` is 1), its head over all
     classes, and the nearest global prototype among its own classes (the official MSE
     distance)."""
+    import torch
+
+    from fedshift.models import build_model, normalize_input
+
     model_name, normalize, gray_input = model_keys
     table = {int(c): v for c, v in checkpoint["server"]["extra"]["prototypes"].items()}
     counts = []

@@ -19,20 +19,17 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from fedproto_official import official_lists
 
 from fedshift.config import rebuild_config
 from fedshift.core.errors import FedshiftError
 from fedshift.core.runfiles import RunFiles
 from fedshift.core.state import load_checkpoint
 
-CLIENTS, SHOTS, STDEV, CLASSES = 20, 100, 2, 10
-
 
 def official_draw(ways: int, seed: int) -> tuple[list[int], list[int]]:
-    """The official n_list and k_list (MNIST rule) for ``ways`` under ``seed``."""
-    rng = np.random.RandomState(seed)  # the state np.random.seed(seed) gives
-    n_list = rng.randint(max(2, ways - STDEV), min(CLASSES, ways + STDEV + 1), CLIENTS)
-    k_list = rng.randint(SHOTS - STDEV + 1, SHOTS + STDEV - 1, CLIENTS)
+    """The official n_list and k_list (MNIST rule) for ``ways`` under ``seed``, sorted."""
+    n_list, k_list = official_lists(ways, seed)
     return sorted(n_list.tolist()), sorted(k_list.tolist())
 
 

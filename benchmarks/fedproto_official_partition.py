@@ -36,21 +36,24 @@ from pathlib import Path
 from typing import NoReturn
 
 import numpy as np
+from fedproto_official import CLASSES, official_lists
 
-CLIENTS, SHOTS, STDEV, CLASSES, SHOTS_MAX, TEST_SHOTS = 20, 100, 2, 10, 110, 40
+#: the official --train_shots_max (a client's train block) and mnist_noniid_lt's test block
+SHOTS_MAX, TEST_SHOTS = 110, 40
 #: the preset's data and partition keys, replaced by the official clients (one per domain)
 PARTITION_KEYS = ("dataset", "partition", "ways", "shots", "stdev", "test_shots", "catalog_split")
 #: (split name in the order file, idx file stem)
 FILES = (("train", "train"), ("t10k", "t10k"))
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """An MNIST idx file (gzip) as a numpy array: labels (N,) or images (N, 28, 28), uint8."""
+def read_labels(path: Path) -> np.ndarray:
+    """An MNIST label file (idx1, gzip) as uint8 labels. numpy only, for ``--write-order``
+    under another numpy; the images are read by fedshift's own idx reader."""
     with gzip.open(path) as f:
         data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * d : 8 + 4 * d], "big") for d in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+    if int.from_bytes(data[:4], "big") != 2049:
+        raise ValueError(f"{path} is no idx label file")
+    return np.frombuffer(data, dtype=np.uint8, offset=8)
 
 
 def label_order(labels: np.ndarray) -> np.ndarray:
@@ -75,10 +78,8 @@ def official_clients(
     orders: tuple[np.ndarray, np.ndarray],
 ) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
     """(classes, train file indices, test file indices) of the official 20 MNIST clients."""
-    numpy_rng = np.random.RandomState(seed)  # np.random.seed(seed)
+    n_list, k_list = official_lists(ways, seed)  # np.random.seed(seed), then these two
     python_rng = random.Random(seed)  # random.seed(seed)
-    n_list = numpy_rng.randint(max(2, ways - STDEV), min(CLASSES, ways + STDEV + 1), CLIENTS)
-    k_list = numpy_rng.randint(SHOTS - STDEV + 1, SHOTS + STDEV - 1, CLIENTS)  # MNIST's rule
     train_order, test_order = orders
     train_begin = {c: int(np.argmax(train_labels[train_order] == c)) for c in range(CLASSES)}
     test_begin = {c: int(np.argmax(test_labels[test_order] == c)) for c in range(CLASSES)}
@@ -111,7 +112,7 @@ def main() -> None:
         parser.error("give OUT_DIR (a run) or --write-order FILE")
     mnist = args.root / "mnist"
     try:
-        labels = {key: read_idx(mnist / f"{stem}-labels-idx1-ubyte.gz") for key, stem in FILES}
+        labels = {key: read_labels(mnist / f"{stem}-labels-idx1-ubyte.gz") for key, stem in FILES}
     except (OSError, ValueError, IndexError) as err:
         fail(f"cannot read the MNIST label files in {mnist}: {err}")
     if args.write_order:
@@ -169,12 +170,20 @@ def train_and_score(
     from fedshift.core.errors import FedshiftError
     from fedshift.core.runfiles import RunFiles
     from fedshift.core.state import load_checkpoint
+    from fedshift.data.formats.idx import find_idx, read_idx
     from fedshift.presets import load_preset
 
+    images = {}
     try:
-        images = {key: read_idx(mnist / f"{stem}-images-idx3-ubyte.gz") for key, stem in FILES}
-    except (OSError, ValueError, IndexError) as err:
-        fail(f"cannot read the MNIST image files in {mnist}: {err}")
+        for key, stem in FILES:
+            (count, rows, cols), pixels = read_idx(
+                find_idx(mnist, f"{stem}-images-idx3-ubyte", "MNIST"), "images"
+            )
+            if count != len(labels[key]) or len(pixels) != count * rows * cols:
+                fail(f"the MNIST {stem} images do not match their {len(labels[key])} labels")
+            images[key] = np.frombuffer(pixels, dtype=np.uint8).reshape(count, rows, cols)
+    except FedshiftError as err:
+        fail(str(err))
 
     def split(key: str, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """fedshift's MNIST input: 3 identical uint8 channels (the preset normalises them)."""
