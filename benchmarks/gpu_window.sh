@@ -15,8 +15,10 @@
 #               sketch, as many rounds as fit (resumable); accuracy, time
 #   uda         FedAvg (source only) and FACT on digits-dg → mnistm, msst (benchmarks/uda_table.sh), with what time is left
 #
-#   bash benchmarks/gpu_window.sh OUT [--pacs ROOT] [--budget SECONDS] [--dry-run]
+#   bash benchmarks/gpu_window.sh OUT [--pacs ROOT] [--budget SECONDS] [--steps LIST] [--dry-run]
 #
+# --steps runs only the named steps (comma-separated, in the order above; default all), so a
+# later window can spend its minutes on the figures still missing.
 # --dry-run runs every step unchanged in shape on the CPU at tiny sizes (a default-tier test
 # does that), so the real window never meets an untested step. Without --pacs the PACS step
 # uses $FEDSHIFT_REAL_DATA/PACS when that exists, else it is skipped with the reason.
@@ -26,18 +28,29 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-out="" pacs="" budget="" dry=0
+all_steps="gpu-tests,throughput,resnet,input,pacs,uda"
+out="" pacs="" budget="" dry=0 steps=$all_steps
 while [ $# -gt 0 ]; do
   case "$1" in
     --pacs) pacs="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
     --dry-run) dry=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     -*) echo "gpu_window.sh: unknown option $1" >&2; exit 2 ;;
     *) out="$1"; shift ;;
   esac
 done
-[ -n "$out" ] || { echo "usage: bash benchmarks/gpu_window.sh OUT [--pacs ROOT] [--budget S] [--dry-run]" >&2; exit 2; }
+[ -n "$out" ] || { echo "usage: bash benchmarks/gpu_window.sh OUT [--pacs ROOT] [--budget S] [--steps LIST] [--dry-run]" >&2; exit 2; }
+IFS=, read -r -a chosen <<<"$steps"
+[ "${#chosen[@]}" -gt 0 ] || { echo "gpu_window.sh: --steps is empty (choose from $all_steps)" >&2; exit 2; }
+for name in "${chosen[@]}"; do
+  case ",$all_steps," in
+    *",$name,"*) ;;
+    *) echo "gpu_window.sh: unknown step '$name' in --steps (choose from $all_steps)" >&2; exit 2 ;;
+  esac
+done
+wanted() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # the window's time limits are for the GPU; a dry run checks that every step works, on a CPU
 # that may be busy, so its steps get 10x the time (and the whole run 1 h unless --budget)
 stretch=1
@@ -84,6 +97,7 @@ left() { echo $(( budget - ($(date +%s) - start) )); }
 # step NAME LIMIT_SECONDS COMMAND...: run within min(LIMIT, what is left), log, add a row
 step() {
   local name=$1 limit=$(( $2 * stretch )); shift 2
+  wanted "$name" || return 0
   local remaining; remaining=$(left)
   if [ "$remaining" -lt 20 ]; then
     echo "| $name | skipped: out of time | 0 | |" >>"$table"; return
@@ -132,16 +146,25 @@ else
 fi
 
 export out device pacs pacs_flags py uda_rounds uda_extra uda_rows
-if [ -n "$pacs" ] && [ -d "$pacs" ]; then
-  # resumable: a run stopped at the step's limit keeps its finished rounds
-  step pacs 300 bash -c '
+if ! wanted pacs; then
+  :
+elif [ -n "$pacs" ] && [ -d "$pacs" ]; then
+  # resumable: a run stopped at its time limit keeps its finished rounds, and the report line
+  # (rounds done, accuracy at the source-validation choice and at the last round) is printed
+  # either way: the run gets the step's time less a margin for that line
+  pacs_seconds=300
+  step pacs "$pacs_seconds" bash -c '
+    limit=$(( $1 - 20 ))
     if [ -f "$out/pacs-run/checkpoint.pt" ]; then
-      fedshift run --out "$out/pacs-run" --resume --quiet || exit
+      timeout --kill-after=10 "$limit" fedshift run --out "$out/pacs-run" --resume --quiet
     else
-      fedshift run -a fedavg -d pacs -t sketch --device "$device" --quiet \
-        --set data_root="$pacs" $pacs_flags --out "$out/pacs-run" || exit
+      timeout --kill-after=10 "$limit" fedshift run -a fedavg -d pacs -t sketch --device "$device" \
+        --quiet --set data_root="$pacs" $pacs_flags --out "$out/pacs-run"
     fi
-    "$py" benchmarks/gpu_window_pacs.py "$out/pacs-run"'
+    status=$?
+    "$py" benchmarks/gpu_window_pacs.py "$out/pacs-run" || exit
+    [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || exit "$status"' pacs \
+    "$(( $(( pacs_seconds * stretch )) < $(left) ? pacs_seconds * stretch : $(left) ))"
 else
   echo "| pacs | skipped: no PACS copy (--pacs ROOT or \$FEDSHIFT_REAL_DATA/PACS) | 0 | |" >>"$table"
 fi

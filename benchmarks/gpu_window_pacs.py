@@ -1,4 +1,9 @@
-"""One line for the GPU window's table: how far the PACS run got, its accuracy and time."""
+"""One line for the GPU window's table: how far the PACS run got, its accuracy and time.
+
+The accuracy is given at the round that source validation picks (the table's selection rule:
+the first round with the best source-validation accuracy) and at the last finished round, so a
+run stopped at the step's time limit still reports what it finished.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,20 @@ import sys
 from pathlib import Path
 
 run = Path(sys.argv[1])
-rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+metrics = run / "metrics.jsonl"
+if not metrics.is_file() or not metrics.read_text().strip():
+    print(f"PACS: no round finished in the time given ({metrics} is empty or missing)")
+    sys.exit(1)
+rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
 config = json.loads((run / "config.json").read_text())
 start = f"{config['model_weights']} weights" if config.get("model_weights") else "scratch"
 last = rows[-1]
+best = max(rows, key=lambda row: (row.get("source_val_accuracy", float("-inf")), -row["round"]))
 seconds = sum(float(row.get("seconds", 0.0)) for row in rows)
 print(
     f"PACS -> sketch, FedAvg, {config['model']} from {start} at {config['image_size']} px: "
     f"{len(rows)} rounds in {seconds:.0f} s, target accuracy "
-    f"{last.get('target_accuracy', float('nan')):.3f} at round {last['round']}"
+    f"{best.get('target_accuracy', float('nan')):.3f} at round {best['round']} "
+    f"(source-validation choice), {last.get('target_accuracy', float('nan')):.3f} at "
+    f"round {last['round']} (last)"
 )
