@@ -86,7 +86,7 @@ table="$out/gpu_window.md"
   echo "# GPU window $(date -u +%Y-%m-%dT%H:%MZ)$([ "$dry" -eq 1 ] && echo ' (dry run on the CPU: no figure here is a GPU figure)')"
   echo
   echo "device: $("$py" -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')") ·" \
-    "torch $("$py" -c 'import torch; print(torch.__version__)') · commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    "torch $("$py" -c 'import torch; print(torch.__version__)') · commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (the working tree differs from it)')"
   echo
   echo "| step | status | seconds | result (last line of OUT/<step>.log) |"
   echo "|---|---|---|---|"

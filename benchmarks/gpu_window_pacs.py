@@ -23,7 +23,8 @@ last = rows[-1]
 best = max(rows, key=lambda row: (row.get("source_val_accuracy", float("-inf")), -row["round"]))
 seconds = sum(float(row.get("seconds", 0.0)) for row in rows)
 print(
-    f"PACS -> sketch, FedAvg, {config['model']} from {start} at {config['image_size']} px: "
+    f"PACS -> {config['target']}, {config['algorithm']}, {config['model']} from {start} at "
+    f"{config['image_size']} px: "
     f"{len(rows)} rounds in {seconds:.0f} s, target accuracy "
     f"{best.get('target_accuracy', float('nan')):.3f} at round {best['round']} "
     f"(source-validation choice), {last.get('target_accuracy', float('nan')):.3f} at "
