@@ -36,3 +36,17 @@ def test_gpu_window_dry_run_exercises_every_step(tmp_path, digits_cache):
         assert rows[name].split("|")[2].strip() == "ok", (name, rows[name], table)
         assert (out / f"{name}.log").is_file()
     assert "target accuracy" in rows["pacs"]
+
+
+def test_gpu_window_refuses_an_unknown_or_empty_step_list(tmp_path):
+    for steps, message in (("pacs,bogus", "unknown step 'bogus'"), ("", "--steps is empty")):
+        out = tmp_path / "window"
+        done = subprocess.run(
+            ["bash", str(SCRIPT), str(out), "--dry-run", "--steps", steps],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+        assert not out.exists()  # refused before anything ran or was written
