@@ -154,7 +154,7 @@ elif [ -n "$pacs" ] && [ -d "$pacs" ]; then
   # either way: the run gets the step's time less a margin for that line
   pacs_seconds=300
   step pacs "$pacs_seconds" bash -c '
-    limit=$(( $1 - 20 ))
+    limit=$(( $1 > 21 ? $1 - 20 : 1 ))  # timeout 0 would mean no limit
     if [ -f "$out/pacs-run/checkpoint.pt" ]; then
       timeout --kill-after=10 "$limit" fedshift run --out "$out/pacs-run" --resume --quiet
     else
