@@ -94,7 +94,8 @@ table="$out/gpu_window.md"
 
 left() { echo $(( budget - ($(date +%s) - start) )); }
 
-# step NAME LIMIT_SECONDS COMMAND...: run within min(LIMIT, what is left), log, add a row
+# step NAME LIMIT_SECONDS COMMAND...: run within min(LIMIT, what is left), log, add a row;
+# the command sees its limit in $STEP_LIMIT
 step() {
   local name=$1 limit=$(( $2 * stretch )); shift 2
   wanted "$name" || return 0
@@ -105,7 +106,7 @@ step() {
   [ "$limit" -gt "$remaining" ] && limit=$remaining
   local t0 status; t0=$(date +%s)
   echo "== $name (at most ${limit}s)"
-  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
+  STEP_LIMIT=$limit timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
   status=$?
   local verdict="ok"
   case $status in
@@ -152,9 +153,8 @@ elif [ -n "$pacs" ] && [ -d "$pacs" ]; then
   # resumable: a run stopped at its time limit keeps its finished rounds, and the report line
   # (rounds done, accuracy at the source-validation choice and at the last round) is printed
   # either way: the run gets the step's time less a margin for that line
-  pacs_seconds=300
-  step pacs "$pacs_seconds" bash -c '
-    limit=$(( $1 > 21 ? $1 - 20 : 1 ))  # timeout 0 would mean no limit
+  step pacs 300 bash -c '
+    limit=$(( STEP_LIMIT > 21 ? STEP_LIMIT - 20 : 1 ))  # timeout 0 would mean no limit
     if [ -f "$out/pacs-run/checkpoint.pt" ]; then
       timeout --kill-after=10 "$limit" fedshift run --out "$out/pacs-run" --resume --quiet
     else
@@ -163,8 +163,7 @@ elif [ -n "$pacs" ] && [ -d "$pacs" ]; then
     fi
     status=$?
     "$py" benchmarks/gpu_window_pacs.py "$out/pacs-run" || exit
-    [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || exit "$status"' pacs \
-    "$(( $(( pacs_seconds * stretch )) < $(left) ? pacs_seconds * stretch : $(left) ))"
+    [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || exit "$status"'
 else
   echo "| pacs | skipped: no PACS copy (--pacs ROOT or \$FEDSHIFT_REAL_DATA/PACS) | 0 | |" >>"$table"
 fi

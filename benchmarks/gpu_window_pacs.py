@@ -1,8 +1,8 @@
 """One line for the GPU window's table: how far the PACS run got, its accuracy and time.
 
-The accuracy is given at the round that source validation picks (the table's selection rule:
-the first round with the best source-validation accuracy) and at the last finished round, so a
-run stopped at the step's time limit still reports what it finished.
+The accuracy is given at the round that source validation picks (fedshift's own rule, as a
+finished run's summary uses it) and at the last evaluated round, so a run stopped at the
+step's time limit still reports what it finished.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+
+from fedshift.engine.run.selection import LAST, SOURCE_VAL, select
 
 run = Path(sys.argv[1])
 metrics = run / "metrics.jsonl"
@@ -19,8 +21,8 @@ if not metrics.is_file() or not metrics.read_text().strip():
 rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
 config = json.loads((run / "config.json").read_text())
 start = f"{config['model_weights']} weights" if config.get("model_weights") else "scratch"
-last = rows[-1]
-best = max(rows, key=lambda row: (row.get("source_val_accuracy", float("-inf")), -row["round"]))
+last = select(rows, LAST)
+best = select(rows, SOURCE_VAL)
 seconds = sum(float(row.get("seconds", 0.0)) for row in rows)
 print(
     f"PACS -> {config['target']}, {config['algorithm']}, {config['model']} from {start} at "
