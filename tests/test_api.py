@@ -17,7 +17,8 @@ from fedshift.core.errors import CheckpointError, ConfigError
 from fedshift.core.hparams import BaseHparams
 from fedshift.data.custom import _REGISTERED
 from fedshift.models import FedModel
-from fedshift.models.registry import _BUILDERS, MODELS
+from fedshift.models.cards import CARDS
+from fedshift.models.registry import _FOUND
 
 TINY = {"rounds": 1, "batch_size": 16, "device": "cpu", "threads": 1, "target": "c"}
 
@@ -50,12 +51,12 @@ def registered(monkeypatch, tmp_path):
     """A registered tiny dataset; registrations made by a test are undone after it."""
     monkeypatch.chdir(tmp_path)
     fedshift.register_dataset("tiny", tiny_domains)
-    models, builders = dict(MODELS), dict(_BUILDERS)
+    cards, found = dict(CARDS), dict(_FOUND)
     algorithms = dict(REGISTRY)
     yield
     _REGISTERED.clear()
-    MODELS.clear(), MODELS.update(models)
-    _BUILDERS.clear(), _BUILDERS.update(builders)
+    CARDS.clear(), CARDS.update(cards)
+    _FOUND.clear(), _FOUND.update(found)
     REGISTRY.clear(), REGISTRY.update(algorithms)
 
 

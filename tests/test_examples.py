@@ -10,7 +10,8 @@ import pytest
 
 from fedshift.algorithms import REGISTRY
 from fedshift.data.custom import _REGISTERED
-from fedshift.models.registry import _BUILDERS, MODELS
+from fedshift.models.cards import CARDS
+from fedshift.models.registry import _FOUND
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py"))
@@ -31,11 +32,11 @@ def test_example_runs(script, in_tmp, monkeypatch, capsys):
     """Each script in-process (its registrations undone afterwards), output in a temp folder."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setattr(sys, "argv", [script, "--smoke", "--out", str(in_tmp / "out")])
-    saved = dict(REGISTRY), dict(_BUILDERS), dict(MODELS), dict(_REGISTERED)
+    saved = dict(REGISTRY), dict(CARDS), dict(_FOUND), dict(_REGISTERED)
     try:
         runpy.run_path(str(EXAMPLES / script), run_name="__main__")
     finally:
-        for live, before in zip((REGISTRY, _BUILDERS, MODELS, _REGISTERED), saved, strict=True):
+        for live, before in zip((REGISTRY, CARDS, _FOUND, _REGISTERED), saved, strict=True):
             live.clear()
             live.update(before)
     out = capsys.readouterr().out

@@ -49,6 +49,25 @@ ENGINE_RANKS = {
 }
 
 
+#: rank of each room inside ``models/``: the architectures stand on FedModel; the weight
+#: sources on the architectures (timm's module, the heads' names); a card names a builder and
+#: its pinned weights; weights.py reads any source's file for a card; the registry builds
+MODEL_RANKS = {
+    "base": 0,  # FedModel, input normalization
+    "alexnet": 1,
+    "cnn": 1,
+    "resnet": 1,
+    "unet": 1,
+    "timm_backbones": 1,
+    "sources": 2,  # one record per kind of weight source
+    "cards": 3,  # one card per backbone
+    "weights": 4,  # reading and loading any weight file
+    "registry": 5,  # register_model, build_model
+    "adain": 5,  # CCST's style-transfer networks, read as any weight file
+    "__init__": 6,
+}
+
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -90,6 +109,14 @@ def engine_room(module: str) -> str | None:
     """The room of ``engine/`` that ``module`` lies in (None outside ``engine/``)."""
     pieces = module.split(".")
     if len(pieces) < 2 or pieces[1] != "engine":
+        return None
+    return pieces[2] if len(pieces) > 2 else "__init__"
+
+
+def room(module: str, package: str) -> str | None:
+    """The room of ``fedshift.<package>`` that ``module`` lies in (None outside it)."""
+    pieces = module.split(".")
+    if len(pieces) < 2 or pieces[1] != package:
         return None
     return pieces[2] if len(pieces) > 2 else "__init__"
 
@@ -137,6 +164,24 @@ def test_no_import_points_up_inside_engine():
         and ENGINE_RANKS[there] >= ENGINE_RANKS[here]
     ]
     assert not back, "imports against the rooms of engine/:\n" + "\n".join(sorted(back))
+
+
+def test_every_models_room_has_a_rank():
+    rooms = {room(m, "models") for m in import_graph()} - {None}
+    assert rooms <= set(MODEL_RANKS), f"give these rooms a rank: {sorted(rooms - set(MODEL_RANKS))}"
+
+
+def test_no_import_points_up_inside_models():
+    back = [
+        f"{src} -> {dst}"
+        for src, targets in import_graph().items()
+        for dst in targets
+        if (here := room(src, "models")) is not None
+        and (there := room(dst, "models")) is not None
+        and here != there
+        and MODEL_RANKS[there] >= MODEL_RANKS[here]
+    ]
+    assert not back, "imports against the rooms of models/:\n" + "\n".join(sorted(back))
 
 
 def test_no_import_cycle():

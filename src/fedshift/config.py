@@ -33,7 +33,7 @@ from fedshift.core.runconfig import (
 from fedshift.core.runfiles import RunFiles, resume_conflict, resume_rule
 from fedshift.data.catalog import CATALOG, check_dataset, split_name
 from fedshift.data.partitioners import PARTITIONERS
-from fedshift.models.registry import SEGMENTATION_MODELS
+from fedshift.models.registry import is_segmentation, segmentation_models
 from fedshift.plugins import is_import_path
 from fedshift.presets import Preset, load_preset
 from fedshift.scenarios import PROTOCOLS, get_protocol
@@ -160,12 +160,12 @@ def check_problem(cfg: RunConfig, algorithm: type) -> None:
             f"algorithm {cfg.algorithm!r} does not support problem {cfg.problem!r}; "
             f"supported: {', '.join(supported)}"
         )
-    if cfg.problem == "segmentation" and cfg.model not in SEGMENTATION_MODELS:
+    if cfg.problem == "segmentation" and not is_segmentation(cfg.model):
         raise ConfigError(
             f"problem 'segmentation' needs a segmentation model "
-            f"({', '.join(SEGMENTATION_MODELS)}), got {cfg.model!r}; use --model unet"
+            f"({', '.join(segmentation_models())}), got {cfg.model!r}; use --model unet"
         )
-    if cfg.problem == "classification" and cfg.model in SEGMENTATION_MODELS:
+    if cfg.problem == "classification" and is_segmentation(cfg.model):
         raise ConfigError(f"model {cfg.model!r} segments images; use it with problem=segmentation")
 
 

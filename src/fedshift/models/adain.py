@@ -13,7 +13,8 @@ import os
 from torch import Tensor, nn
 
 from fedshift.core.errors import ModelError
-from fedshift.core.torchload import load_failure, load_weights_only
+
+from .weights import read_state_file
 
 __all__ = [
     "ADAIN_EPS",
@@ -110,18 +111,11 @@ def adain_decoder() -> nn.Sequential:
 
 
 def _read_state_dict(path: str | os.PathLike, what: str) -> dict[str, Tensor]:
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ModelError(f"{what} weights file not found: {path!r}")
+    """The tensors of a VGG or decoder file, read under the guard of every weight file."""
     try:
-        state = load_weights_only(path)
-    except Exception as exc:  # torch raises many types for corrupt or pickled files
-        raise ModelError(
-            f"could not read {what} weights {path!r} as a tensor state dict ({load_failure(exc)})"
-        ) from exc
-    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ModelError(f"{what} weights {path!r} do not hold a state dict of tensors")
-    return state
+        return read_state_file(path)
+    except ModelError as exc:
+        raise ModelError(f"{what}: {exc}") from None
 
 
 def _past_relu4_1(key: str) -> bool:

@@ -58,4 +58,6 @@ def build_alexnet(
         )
     )
     head = net.classifier[6]
-    return FedModel(backbone, head, embed_dim=EMBED_DIM, num_classes=num_classes, arch="alexnet")
+    model = FedModel(backbone, head, embed_dim=EMBED_DIM, num_classes=num_classes, arch="alexnet")
+    model.native_head = "classifier.6"  # torchvision's last layer, fedshift's head
+    return model

@@ -121,6 +121,10 @@ class FedModel(nn.Module):
             :func:`set_input_normalization`.
         gray_input: the backbone averages its input's channels into one before anything
             else (built with 1 input channel; see :func:`set_gray_input`).
+        weights_layout, weights_normalization: what the loaded weights were and expect.
+        native_head, native_normalization: the architecture's own layout and normalization,
+            for weight files written by torchvision or timm.
+        cpu_channels_last: the preferred CPU memory format is channels_last.
     """
 
     def __init__(
@@ -140,9 +144,20 @@ class FedModel(nn.Module):
         self.arch = arch
         self.input_normalization = "symmetric"
         self.gray_input = False
-        self.weights_layout: str | None = None  # set by load_weights: fedshift / torchvision
+        #: the layout of the loaded weights (fedshift, torchvision, timm, efficientnet-lite;
+        #: None: no weights loaded), set by the loaders of ``fedshift.models.weights``
+        self.weights_layout: str | None = None
         #: the input normalization the loaded weights expect (None: no pretrained weights)
         self.weights_normalization: str | None = None
+        #: the classifier's name in the architecture's own state_dict layout (torchvision's
+        #: ``fc``, AlexNet's ``classifier.6``, timm's ``classifier`` or ``head.fc``): a file in
+        #: that layout maps it to ``head.`` and everything else to ``backbone.``
+        self.native_head = "fc"
+        #: the input normalization the architecture's own pretrained weights expect
+        self.native_normalization = "imagenet"
+        #: train in channels_last on the CPU when ``channels_last=auto`` (the model card's
+        #: preferred CPU memory format; faster for depthwise convolutions)
+        self.cpu_channels_last = False
 
     def features(self, x: Tensor) -> Tensor:
         """Images ``(N, C, H, W)`` -> flat features ``(N, embed_dim)``."""

