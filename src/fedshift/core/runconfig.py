@@ -212,8 +212,10 @@ class RunConfig:
     )
     model_weights: str = key(
         "",
-        "the backbone's starting weights: a local state-dict file, or imagenet (torchvision's "
-        "file from torch's cache, hash-checked; never downloaded); empty: random",
+        "the backbone's starting weights: a local state-dict file (torch or safetensors), or "
+        "imagenet: the file the model's card pins (`fedshift list models`: torchvision's in "
+        "torch's cache, a registry package's, timm's in the local Hugging Face cache), "
+        "checked; never downloaded; empty: random",
         group="model",
     )
     normalize: Normalize = key(

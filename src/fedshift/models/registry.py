@@ -181,12 +181,14 @@ def build_model(
         in_channels: image channels (1 for grayscale digits, 3 for RGB).
         image_size: side of the (square) input images; fixes flatten sizes of the CNNs.
         weights_path: optional local ``state_dict`` file to load (see
-            ``fedshift.models.weights.load_weights``), or ``"imagenet"`` for torchvision's
-            ImageNet weights from torch's cache (``imagenet_weights_file``); never downloads.
+            ``fedshift.models.weights.load_weights``), or ``"imagenet"`` for the weights the
+            model's card pins (torchvision's file in torch's cache, a registry package's file,
+            timm's file in the Hugging Face cache); never downloads.
         normalize: the input normalization the backbone expects: ``symmetric`` (fedshift's
             [-1, 1]), ``imagenet`` (ImageNet mean/std, for ImageNet-pretrained weights), or
-            ``auto``: ``imagenet`` when ``weights_path`` is a torchvision state_dict (the
-            layout of torchvision's ImageNet weights), else ``symmetric``. The run key
+            ``auto``: what the loaded weights expect (their source says: ``imagenet`` for
+            torchvision's and most of timm's, ``symmetric`` for EfficientNet-Lite's), else
+            ``symmetric``. The run key
             ``normalize`` defaults to ``auto``; this function to ``symmetric``. ``mnist``:
             MNIST's mean and std (0.1307, 0.3081) on every channel.
         gray_input: build the backbone with 1 input channel and give it the mean over the
