@@ -54,6 +54,7 @@ ENGINE_RANKS = {
 #: its pinned weights; weights.py reads any source's file for a card; the registry builds
 MODEL_RANKS = {
     "base": 0,  # FedModel, input normalization
+    "extras": 0,  # the optional packages (timm), named without importing them
     "alexnet": 1,
     "cnn": 1,
     "resnet": 1,

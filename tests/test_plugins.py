@@ -13,7 +13,8 @@ import pytest
 from fedshift import plugins
 from fedshift.algorithms import REGISTRY
 from fedshift.cli import main
-from fedshift.models.registry import _BUILDERS
+from fedshift.models.cards import CARDS
+from fedshift.models.registry import _FOUND
 
 PLUGIN = textwrap.dedent(
     '''
@@ -62,11 +63,12 @@ def plugin_package(tmp_path, monkeypatch):
         plugins, "entry_points", lambda group: [p for p in fake if p.group == group]
     )
     plugins.refresh()
-    algorithms, builders = dict(REGISTRY), dict(_BUILDERS)
+    algorithms, cards, found = dict(REGISTRY), dict(CARDS), dict(_FOUND)
     yield
     plugins.refresh()
     REGISTRY.clear(), REGISTRY.update(algorithms)
-    _BUILDERS.clear(), _BUILDERS.update(builders)
+    CARDS.clear(), CARDS.update(cards)
+    _FOUND.clear(), _FOUND.update(found)
     for name in ("fs_test_plugin", "fs_test_broken"):
         sys.modules.pop(name, None)
 

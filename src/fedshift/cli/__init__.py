@@ -2,6 +2,8 @@
 (:mod:`fedshift.cli.flags`) and one error handler (:mod:`fedshift.cli.errors`).
 
 Adding a command is one module defining ``COMMAND`` plus one line in :data:`COMMANDS`.
+Only the command being run gets its arguments (some read registries that load torch), so
+``fedshift --version``, ``--help``, ``list`` and ``show run`` answer before torch loads.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of every command; each subparser records its command in ``command``."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; each subparser records its command in ``command``.
+    With ``only``, the other commands get their name and help but no arguments (adding a
+    command's arguments may import what it needs: the engine, the registries)."""
     parser = ArgumentParser(
         prog="fedshift",
         description="Federated learning under domain shift. With no arguments, `fedshift run` "
@@ -37,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="name", parser_class=ArgumentParser, required=True)
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=command.help)
-        command.add_arguments(sub)
+        if only is None or command.name == only:
+            command.add_arguments(sub)
         sub.set_defaults(command=command)
     return parser
 
@@ -45,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run ``fedshift ARGV`` (no arguments: ``fedshift run``); the exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv or ["run"])
+    argv = list(sys.argv[1:] if argv is None else argv) or ["run"]
+    first = next((arg for arg in argv if not arg.startswith("-")), "")
+    args = build_parser(first).parse_args(argv)
     return run_command(args.command, args)
 
 

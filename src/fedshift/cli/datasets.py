@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedshift.cli.errors import ArgumentParser, Command, add_force_flag
-from fedshift.data.registry import FOLDER_IMAGE_SIZE
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,7 @@ def dataset_lines() -> list[DatasetLine]:
     from fedshift.data import digits
     from fedshift.data.catalog import CATALOG
     from fedshift.data.custom import custom_datasets, registered_datasets
+    from fedshift.data.registry import FOLDER_IMAGE_SIZE
 
     lines = [
         DatasetLine(
@@ -118,6 +118,7 @@ def dataset_help() -> str:
     from fedshift.data import digits
     from fedshift.data.catalog import CATALOG
     from fedshift.data.custom import custom_datasets
+    from fedshift.data.registry import FOLDER_IMAGE_SIZE
 
     by_size: dict[int, list[str]] = {}
     for entry in CATALOG.values():

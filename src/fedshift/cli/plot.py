@@ -6,7 +6,6 @@ import argparse
 
 from fedshift.cli.errors import ArgumentParser, Command, add_force_flag
 from fedshift.cli.run import add_allow_imports_flag
-from fedshift.core.outputs import FIGURE, check_output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedshift.core.outputs import FIGURE, check_output
+
     if args.figure == "curves":
         from fedshift.report.curves import find_run_dirs, plot_curves
 

@@ -58,11 +58,10 @@ def print_run_keys() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedshift.algorithms.description import describe_algorithm
-
     if args.algorithm == RUN:
         print_run_keys()
         return 0
+    from fedshift.algorithms.description import describe_algorithm  # the algorithms: torch
 
     about = describe_algorithm(args.algorithm)
     print(f"{about.name}: {about.paper or '(no paper given)'} [{about.origin}]")

@@ -10,10 +10,11 @@ from fedshift.cli.errors import Command
 from fedshift.cli.flags import add_run_flags, flag_values
 from fedshift.cli.run import csv
 from fedshift.core.errors import ConfigError, RunInterrupted
-from fedshift.sweeps.launchers import LAUNCHERS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from fedshift.sweeps.launchers import LAUNCHERS  # the engine: only when sweep is parsed
+
     parser.add_argument("-a", "--algorithms", required=True, help="comma-separated algorithms")
     parser.add_argument("-t", "--targets", required=True, help="comma-separated target domains")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")

@@ -24,7 +24,6 @@ from fedshift.core.declare import (
     log_uniform,
 )
 from fedshift.core.errors import ConfigError, did_you_mean
-from fedshift.core.robust import check_aggregator_values
 
 # Each closed choice set of a run key is declared once, as a Literal alias typing its
 # RunConfig field; the tuple beside it (typing.get_args) is what messages and owners use.
@@ -794,6 +793,8 @@ def check_run_values(cfg: RunConfig) -> None:
     check_declared(cfg)
     check_choice_device(cfg.device)
     tracking_loggers(cfg.tracking)
+    from fedshift.core.robust import check_aggregator_values  # torch: only when checking
+
     check_aggregator_values(cfg.aggregator, cfg.aggregator_f, cfg.trim_beta)
     if cfg.attack:
         check_choice("attack", cfg.attack, ATTACKS)

@@ -8,21 +8,22 @@ for a new kind of source).
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from .alexnet import build_alexnet
-from .base import FedModel
-from .cnn import build_cnn, build_digit5_cnn, build_fact_cnn, build_fedproto_cnn
-from .resnet import build_resnet
+from .extras import TIMM_PREFIX
 from .sources import PinnedWeights, weight_source
-from .timm_backbones import TIMM_PREFIX, build_efficientnet_lite, build_timm
-from .unet import build_unet
+
+if TYPE_CHECKING:
+    from .base import FedModel
 
 __all__ = [
     "CARDS",
     "PROBLEMS",
+    "Builder",
     "ModelCard",
     "card_of",
     "descriptions",
@@ -32,6 +33,33 @@ __all__ = [
 PROBLEMS = ("classification", "segmentation")
 #: the CPU memory formats a card may prefer
 CPU_MEMORY_FORMATS = ("contiguous", "channels_last")
+
+
+class Builder:
+    """A built-in builder named by its module of ``fedshift.models`` and function (and the
+    leading arguments it is given): the module, and torch with it, is imported on the first
+    call, so reading the cards (``fedshift list models``) loads no torch."""
+
+    def __init__(self, module: str, function: str, *args: Any) -> None:
+        self.module, self.function, self.args = module, function, args
+
+    @property
+    def target(self) -> Callable[..., FedModel]:
+        """The builder function itself (importing its module)."""
+        return getattr(importlib.import_module(f"fedshift.models.{self.module}"), self.function)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """The function's signature less the leading arguments (for the option checks)."""
+        params = list(inspect.signature(self.target).parameters.values())[len(self.args) :]
+        return inspect.Signature(params)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> FedModel:
+        return self.target(*self.args, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(map(repr, self.args))
+        return f"fedshift.models.{self.module}.{self.function}({shown})"
 
 
 @dataclass(frozen=True)
@@ -85,7 +113,7 @@ def _lite(n: int, file: str, sha256: str, native_size: int, description: str) ->
     name = f"efficientnet-lite{n}"
     return ModelCard(
         name,
-        partial(build_efficientnet_lite, name),
+        Builder("timm_backbones", "build_efficientnet_lite", name),
         description,
         weights=PinnedWeights(
             "package",
@@ -102,44 +130,44 @@ def _lite(n: int, file: str, sha256: str, native_size: int, description: str) ->
 _BUILT_IN = [
     ModelCard(
         "cnn",
-        build_cnn,
+        Builder("cnn", "build_cnn"),
         "fedshift's small 3-block conv-BN CNN for 28-64 px (default; fast on CPU), embed_dim 256",
     ),
     ModelCard(
         "digit5-cnn",
-        build_digit5_cnn,
+        Builder("cnn", "build_digit5_cnn"),
         "Digit-Five CNN of M3SDA (Peng et al., ICCV 2019) as used by KD3A (Feng et al., "
         "ICML 2021); 32 px, embed_dim 2048",
     ),
     ModelCard(
         "fact-cnn",
-        build_fact_cnn,
+        Builder("cnn", "build_fact_cnn"),
         "FACT's Digit-Five model (Schrod et al., 2023): 2 conv blocks as generator G, a "
         "3-layer MLP head F (3072, 100); 32 px, embed_dim 8192",
     ),
     ModelCard(
         "fedproto-cnn",
-        build_fedproto_cnn,
+        Builder("cnn", "build_fedproto_cnn"),
         "MNIST CNN of FedAvg (McMahan et al., AISTATS 2017) as CNNMnist in FedProto "
         "(Tan et al., AAAI 2022); 28/32 px, embed_dim 50",
     ),
     ModelCard(
         "resnet18",
-        partial(build_resnet, "resnet18"),
+        Builder("resnet", "build_resnet", "resnet18"),
         "ResNet-18 (He et al., CVPR 2016), torchvision; model_weights=imagenet loads its "
         "ImageNet weights from torch's cache; embed_dim 512",
         weights=_torchvision("resnet18-f37072fd.pth"),
     ),
     ModelCard(
         "resnet50",
-        partial(build_resnet, "resnet50"),
+        Builder("resnet", "build_resnet", "resnet50"),
         "ResNet-50 (He et al., CVPR 2016), torchvision; model_weights=imagenet loads its "
         "ImageNet weights from torch's cache; embed_dim 2048",
         weights=_torchvision("resnet50-0676ba61.pth"),
     ),
     ModelCard(
         "alexnet",
-        build_alexnet,
+        Builder("alexnet", "build_alexnet"),
         "AlexNet (Krizhevsky et al., NeurIPS 2012), torchvision, as FedADG uses it; >= 63 px; "
         "model_weights=imagenet as for the ResNets; embed_dim 4096",
         weights=_torchvision("alexnet-owt-7be5be79.pth"),
@@ -171,7 +199,7 @@ _BUILT_IN = [
     ),
     ModelCard(
         "unet",
-        build_unet,
+        Builder("unet", "build_unet"),
         "small 2-D U-Net (InstanceNorm, as FedDG-ELCFS's official code) for per-pixel "
         "foreground segmentation (problem=segmentation); 1 logit map, embed_dim 16",
         problem="segmentation",
@@ -196,7 +224,7 @@ def card_of(name: str) -> ModelCard | None:
             timm_name = name[len(TIMM_PREFIX) :]
             _TIMM_CARDS[name] = ModelCard(
                 name,
-                partial(build_timm, timm_name),
+                Builder("timm_backbones", "build_timm", timm_name),
                 f"timm's {timm_name}",
                 weights=PinnedWeights("timm-hub", timm_name),
                 origin="timm",

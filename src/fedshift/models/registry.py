@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fedshift.core.errors import ConfigError, ModelError
 from fedshift.plugins import (
@@ -23,9 +24,10 @@ from fedshift.plugins import (
     plugin_source,
 )
 
-from .base import NORMALIZATIONS, FedModel, set_gray_input, set_input_normalization
 from .cards import BUILTIN_MODELS, CARDS, ModelCard, card_of, descriptions
-from .weights import IMAGENET, load_imagenet, load_weights
+
+if TYPE_CHECKING:  # building imports torch; naming and listing models does not
+    from .base import FedModel
 
 __all__ = [
     "BUILTIN_MODELS",
@@ -201,6 +203,9 @@ def build_model(
     Raises:
         ModelError: unknown name, unknown or invalid option, or weights that do not fit.
     """
+    from .base import NORMALIZATIONS, FedModel, set_gray_input, set_input_normalization
+    from .weights import IMAGENET, load_imagenet, load_weights
+
     card = find_card(name)
     if card is None:
         raise ModelError(

