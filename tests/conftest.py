@@ -13,6 +13,7 @@ import pytest
 import torch
 from helpers import CLASSES
 
+from fedshift.core.context import TrainConfig
 from fedshift.data.domains import Domain, DomainDataset, Split
 from fedshift.pretrain import pretrain
 
@@ -120,7 +121,7 @@ def synthetic() -> DomainDataset:
 def backbone(tmp_path_factory, tiny_digits):
     """A CNN pretrained for one epoch on the tiny digits' syn domain (PerAda's backbone)."""
     path = tmp_path_factory.mktemp("backbone") / "cnn-syn.pt"
-    pretrain(tiny_digits, "syn", path, epochs=1, batch_size=32)
+    pretrain(tiny_digits, "syn", path, train=TrainConfig(batch_size=32), epochs=1)
     return path
 
 

@@ -10,6 +10,7 @@ from helpers import FAST_SETTINGS, read_history
 
 from fedshift.algorithms import REGISTRY
 from fedshift.config import resolve
+from fedshift.core.context import TrainConfig
 from fedshift.core.state import load_checkpoint
 from fedshift.engine.assembly import prepare
 from fedshift.engine.run.runner import Runner
@@ -35,7 +36,7 @@ def backbone_settings(cls, tmp_path, dataset) -> dict:
         return {}
     path = tmp_path / "backbone-syn.pt"
     if not path.exists():
-        pretrain(dataset, "syn", path, epochs=1, batch_size=32)
+        pretrain(dataset, "syn", path, train=TrainConfig(batch_size=32), epochs=1)
     return {"sources": "mnist,mnistm", "server_data": "syn", "algo.backbone": path}
 
 

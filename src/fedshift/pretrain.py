@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from fedshift.core.bounded import MAX_SIDECAR_BYTES, read_json_bounded
+from fedshift.core.context import TrainConfig
 from fedshift.core.errors import ConfigError
 from fedshift.core.outputs import OutputKind, check_output
 from fedshift.core.seeding import derive_seed
@@ -80,19 +81,26 @@ def pretrain(
     out: str | Path,
     *,
     model: str = "cnn",
+    train: TrainConfig | None = None,
     epochs: int = 5,
-    lr: float = 0.01,
-    momentum: float = 0.9,
-    weight_decay: float = 5e-4,
-    batch_size: int = 64,
     seed: int = 0,
     device: str | torch.device = "cpu",
     force: bool = False,
 ) -> dict[str, Any]:
     """Train ``model`` on ``domain``'s training split; save weights and sidecar to ``out``.
 
-    Returns the sidecar record (with the validation accuracy on the same domain).
+    ``train`` is the run's training section (``TrainConfig.of(cfg)``; None: the run keys'
+    defaults): its ``lr``, ``momentum``, ``weight_decay`` and ``batch_size`` drive SGD for
+    ``epochs`` passes. Returns the sidecar record (with the validation accuracy on the same
+    domain).
     """
+    train = TrainConfig() if train is None else train
+    if train.optimizer != "sgd":
+        raise ConfigError(
+            f"pretrain trains with SGD (PerAda's recipe); optimizer={train.optimizer!r} is "
+            "not supported here"
+        )
+    lr, batch_size = train.lr, train.batch_size
     out = check_weights_out(out, force=force)
     split = dataset.domain(domain).train
     device = torch.device(device)
@@ -105,7 +113,7 @@ def pretrain(
             image_size=dataset.image_size,
         ).to(device)
     optimizer = torch.optim.SGD(
-        net.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay
+        net.parameters(), lr=lr, momentum=train.momentum, weight_decay=train.weight_decay
     )
     rng = torch.Generator().manual_seed(derive_seed(seed, "pretrain-order", domain))
     net.train()

@@ -15,7 +15,7 @@ from fedshift.algorithms import REGISTRY
 from fedshift.algorithms.toolkit import fit
 from fedshift.cli import main
 from fedshift.config import resolve
-from fedshift.core.context import MixedPrecision
+from fedshift.core.context import MixedPrecision, TrainConfig
 from fedshift.core.state import load_checkpoint
 from fedshift.engine.assembly import prepare
 from fedshift.engine.compute import resolve_precision
@@ -35,7 +35,7 @@ def config(algorithm: str, tmp_path, dataset, **overrides):
     if cls.needs_pretrained_backbone:
         path = tmp_path / "backbone-syn.pt"
         if not path.exists():
-            pretrain(dataset, "syn", path, epochs=1, batch_size=32)
+            pretrain(dataset, "syn", path, train=TrainConfig(batch_size=32), epochs=1)
         settings.update({"sources": "mnist,mnistm", "server_data": "syn", "algo.backbone": path})
     flags = {
         "algorithm": algorithm,

@@ -48,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fedshift.config import resolve
+    from fedshift.core.context import TrainConfig
     from fedshift.engine.assembly import load_config_dataset
     from fedshift.engine.compute import resolve_device
     from fedshift.pretrain import check_weights_out, pretrain
@@ -61,11 +62,8 @@ def run(args: argparse.Namespace) -> int:
         args.domain,
         args.out,
         model=cfg.model,
+        train=TrainConfig.of(cfg),
         epochs=args.epochs,
-        lr=cfg.lr,
-        momentum=cfg.momentum,
-        weight_decay=cfg.weight_decay,
-        batch_size=cfg.batch_size,
         seed=cfg.seed,
         device=resolve_device(cfg.device),
         force=args.force,

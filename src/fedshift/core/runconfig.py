@@ -606,11 +606,6 @@ def describe_run_keys() -> list[FieldInfo]:
     return describe_fields(RunConfig, RUN_KEYS)
 
 
-def resume_rule(name: str) -> str:
-    """What ``--resume`` may do with run key ``name``: one of :data:`RESUME_RULES`."""
-    return RunConfig.__dataclass_fields__[name].metadata["resume"]
-
-
 #: the per-domain field types: one number for every domain, or "DOMAIN:NUMBER,..."
 PER_DOMAIN_KINDS = {int | str: int, float | str: float}
 
