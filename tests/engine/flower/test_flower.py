@@ -52,7 +52,6 @@ from fedshift.engine.flower.convert import (  # noqa: E402
     to_recorddict,
 )
 from fedshift.engine.flower.messages import CONTROL  # noqa: E402
-from fedshift.engine.flower.node_state import NodeSnapshots  # noqa: E402
 from fedshift.engine.flower.serverapp import run_on_grid  # noqa: E402
 from fedshift.engine.flower.settings import (  # noqa: E402
     DEPLOY_DEFAULTS,
@@ -60,6 +59,7 @@ from fedshift.engine.flower.settings import (  # noqa: E402
     node_client_id,
     parse_run_config,
 )
+from fedshift.engine.flower.transport.node_state import NodeSnapshots  # noqa: E402
 from fedshift.engine.run.runner import run_experiment  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]

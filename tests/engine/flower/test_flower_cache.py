@@ -12,8 +12,8 @@ import torch
 pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flower]'")
 
 from fedshift.core.split import RowGather, dense  # noqa: E402
-from fedshift.engine.flower import node_cache  # noqa: E402
 from fedshift.engine.flower.settings import load_run_dataset, parse_run_config  # noqa: E402
+from fedshift.engine.flower.transport import node_cache  # noqa: E402
 
 
 @pytest.fixture

@@ -33,8 +33,9 @@ from test_flower import (  # noqa: E402
     wait_run,
 )
 
-from fedshift.engine.flower import clientapp, resident, wire  # noqa: E402
+from fedshift.engine.flower import clientapp  # noqa: E402
 from fedshift.engine.flower.serverapp import run_on_grid  # noqa: E402
+from fedshift.engine.flower.transport import resident, wire  # noqa: E402
 
 
 @pytest.fixture
@@ -252,7 +253,7 @@ def lone_worker(tmp_path_factory):
     command = [
         sys.executable,
         "-m",
-        "fedshift.engine.flower.worker",
+        "fedshift.engine.flower.transport.worker",
         "--node-config-json",
         json.dumps(node_config),
         "--supernode-pid",
@@ -445,7 +446,7 @@ def test_the_worker_socket_appears_only_once_it_listens(worker_dir, monkeypatch)
     """A ClientApp that finds the socket finds it accepting: the worker listens on a
     private name and renames it into place (before, a connection between bind and listen
     was refused and taken for a dead worker: a second fallback under load)."""
-    from fedshift.engine.flower.worker import Worker
+    from fedshift.engine.flower.transport.worker import Worker
 
     node = {"worker-dir": str(worker_dir), "resident-worker": True}
     worker = Worker(node, os.getpid(), idle_timeout=0)

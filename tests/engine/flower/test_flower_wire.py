@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flower]'")
 
 from fedshift.core.bounded import nesting_depth  # noqa: E402
-from fedshift.engine.flower import wire  # noqa: E402
+from fedshift.engine.flower.transport import wire  # noqa: E402
 
 #: the bound the issue asks for: a maximal legal head is parsed (or refused) within this
 #: many seconds of the parsing thread's CPU time (measured here: 0.06-0.13 s on 2 loaded cores)

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedshift.engine.flower import resident
 from fedshift.engine.flower.messages import (
     EVALUATE,
     IDENTIFY,
@@ -43,10 +42,11 @@ from fedshift.engine.flower.messages import (
     control_of,
     identity_of,
 )
-from fedshift.engine.flower.wire import finite_or_none
+from fedshift.engine.flower.transport import resident
+from fedshift.engine.flower.transport.wire import finite_or_none
 
 if TYPE_CHECKING:  # torch-heavy: imported by the handler only
-    from fedshift.engine.flower.node_state import NodeSnapshots
+    from fedshift.engine.flower.transport.node_state import NodeSnapshots
 
 app = ClientApp()
 
@@ -59,8 +59,8 @@ def _experiment(run_config_json: str, cache_dir: str):
     """The prepared experiment of a run config, its dataset from the node cache."""
     from fedshift.data.digits import default_cache_dir
     from fedshift.engine.assembly import prepare
-    from fedshift.engine.flower.node_cache import node_dataset
     from fedshift.engine.flower.settings import load_run_dataset, parse_run_config
+    from fedshift.engine.flower.transport.node_cache import node_dataset
 
     cfg, opts = parse_run_config(json.loads(run_config_json))
     root = Path(cache_dir or opts.cache_dir or default_cache_dir())
@@ -112,8 +112,8 @@ def answer(content: RecordDict, context: Context) -> RecordDict:
     from fedshift.engine.evaluation import client_scores
     from fedshift.engine.federation import run_client_task
     from fedshift.engine.flower.convert import from_recorddict, save_state, to_recorddict
-    from fedshift.engine.flower.node_state import NodeSnapshots, state_root
     from fedshift.engine.flower.settings import node_client_id
+    from fedshift.engine.flower.transport.node_state import NodeSnapshots, state_root
 
     control = control_of(content)
     task = str(control.get("task", ""))

@@ -25,7 +25,7 @@ from fedshift.core.bounded import parse_json
 from fedshift.core.record import Record
 from fedshift.core.schema import ReplySchema, schema_problem
 from fedshift.engine.flower.messages import CONTROL
-from fedshift.engine.flower.wire import NUMPY, ProtocolError, npy_layout
+from fedshift.engine.flower.transport.wire import NUMPY, ProtocolError, npy_layout
 
 ARRAYS = "arrays"
 CONFIG = "config"
@@ -51,7 +51,8 @@ def tensor_to_array(key: str, tensor: torch.Tensor) -> Array:
 def announced_layout(array: Array) -> tuple[np.dtype, tuple[int, ...]]:
     """The dtype and shape of a Flower ``Array``, from its ``.npy`` header alone: checked
     against the array's own dtype and shape fields and against the bytes that follow the
-    header (:func:`~fedshift.engine.flower.wire.npy_layout`), before anything is allocated.
+    header (:func:`~fedshift.engine.flower.transport.wire.npy_layout`), before anything is
+    allocated.
     :class:`ConversionError` when they disagree or the header is not a plain array's."""
     if not isinstance(array, Array) or array.stype != NUMPY:
         raise ConversionError(f"is a {getattr(array, 'stype', type(array).__name__)!r} array")

@@ -3,8 +3,8 @@
 Started by the node's first ClientApp (see :mod:`.resident`) or by hand, after the
 SuperNode, with the SuperNode's node config and pid::
 
-    python -m fedshift.engine.flower.worker --node-config "partition-id=0 num-partitions=3" \\
-        --supernode-pid 12345 [--idle-timeout 600]
+    python -m fedshift.engine.flower.transport.worker \\
+        --node-config "partition-id=0 num-partitions=3" --supernode-pid 12345 [--idle-timeout 600]
 
 Each connection is read on a thread of its own (at most :data:`MAX_CONNECTIONS` at once; one
 more is refused at once), so a slow or hostile request never delays another client's: a
@@ -42,13 +42,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedshift.engine.flower.messages import CONTROL
-from fedshift.engine.flower.resident import (
+from fedshift.engine.flower.transport.resident import (
     WorkerPaths,
     WorkerUnavailable,
     read_secret,
     worker_paths,
 )
-from fedshift.engine.flower.wire import (
+from fedshift.engine.flower.transport.wire import (
     PROLOGUE,
     CpuBudget,
     ProtocolError,
@@ -338,7 +338,7 @@ class Worker:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fedshift.engine.flower.worker",
+        prog="python -m fedshift.engine.flower.transport.worker",
         description="the resident fedshift worker of one Flower SuperNode",
     )
     config = parser.add_mutually_exclusive_group(required=True)

@@ -4,7 +4,7 @@ Flower 1.41 starts a new ClientApp process for every message, so each task would
 torch import and the task build again. With ``resident-worker`` on (node config; by
 default on for a ClientApp below a SuperNode) the ClientApp stays thin: it never imports
 torch, and forwards the task message's content and the node's ``Context.state`` over a
-Unix socket to one long-running ``python -m fedshift.engine.flower.worker`` per
+Unix socket to one long-running ``python -m fedshift.engine.flower.transport.worker`` per
 SuperNode, which keeps torch, the dataset and the built experiment loaded and runs the
 task with the same code (:func:`fedshift.engine.flower.clientapp.answer`). The reply and
 the new state come back the same way, so Flower's ``Context.state`` stays the one source
@@ -43,7 +43,12 @@ from typing import Any
 from flwr.app import Context, RecordDict
 
 from fedshift.engine.flower.messages import identity_of
-from fedshift.engine.flower.wire import ProtocolError, finite_or_none, recv_message, send_message
+from fedshift.engine.flower.transport.wire import (
+    ProtocolError,
+    finite_or_none,
+    recv_message,
+    send_message,
+)
 
 #: node config keys of the resident worker
 RESIDENT_KEY = "resident-worker"  # true / false / "auto" (default: on below a SuperNode)
@@ -237,7 +242,7 @@ def start_worker(
         command = [
             sys.executable,
             "-m",
-            "fedshift.engine.flower.worker",
+            "fedshift.engine.flower.transport.worker",
             "--node-config-json",
             json.dumps(dict(node_config), default=str),
             "--supernode-pid",
