@@ -16,6 +16,8 @@ import types
 import typing
 from typing import Any, Literal
 
+from fedshift.core.errors import ConfigError, did_you_mean
+
 #: the field-metadata key holding a declaration's :class:`HparamRange`
 RANGE_KEY = "range"
 #: the field-metadata key holding a declaration's :class:`Search`
@@ -211,3 +213,149 @@ def describe_fields(cls: type, names: typing.Iterable[str] | None = None) -> lis
             )
         )
     return infos
+
+
+# -- checking values against their declarations (run keys and hyperparameters alike)
+
+#: the per-domain field types: one number for every domain, or "DOMAIN:NUMBER,..."
+PER_DOMAIN_KINDS = {int | str: int, float | str: float}
+
+
+def parse_per_domain(text: str, number: type, key: str) -> dict[str, int | float]:
+    """``"mnist:3,usps:7"`` -> ``{"mnist": 3, "usps": 7}``; a one-line ConfigError for a
+    malformed item, a repeated domain or a value that is not a ``number``."""
+    values: dict[str, int | float] = {}
+    for item in text.split(","):
+        domain, sep, raw = (part.strip() for part in item.partition(":"))
+        if not sep or not domain or not raw:
+            raise ConfigError(
+                f"{key} {text!r}: item {item.strip()!r} is not DOMAIN:{number.__name__.upper()}"
+                f" (e.g. {key}=mnist:3,usps:7, or one {number.__name__} for every domain)"
+            )
+        if domain in values:
+            raise ConfigError(f"{key} {text!r} names domain {domain!r} twice")
+        values[domain] = coerce_number(raw, number, f"{key} of domain {domain!r}")
+    return values
+
+
+def coerce_number(value: Any, number: type, key: str) -> int | float:
+    """``value`` as an int or float (an int takes no fraction, neither takes a bool)."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        if number is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{key} expects {number.__name__}, got {value!r}") from None
+
+
+def coerce_per_domain(value: Any, number: type, key: str) -> int | float | str:
+    """A per-domain key's value: one number, or a ``DOMAIN:NUMBER`` list (or a mapping, from
+    Python or a ``--config`` table) normalized to ``"a:1,b:2"`` (so files, ``--set`` and a
+    resumed config.json compare equal)."""
+    if isinstance(value, dict):
+        value = ",".join(f"{domain}:{n}" for domain, n in value.items())
+    if isinstance(value, str) and ":" in value:
+        items = parse_per_domain(value, number, key)
+        return ",".join(f"{domain}:{n}" for domain, n in items.items())
+    try:
+        return coerce_number(value, number, key)
+    except ConfigError:
+        kind = number.__name__
+        raise ConfigError(
+            f"{key} expects {kind} or DOMAIN:{kind.upper()},... (e.g. mnist:3,usps:7), "
+            f"got {value!r}"
+        ) from None
+
+
+def per_domain_value(
+    value: int | float | str, key: str, domains: typing.Sequence[str], default: int | float
+) -> dict[str, int | float]:
+    """Every domain of ``domains`` -> its value of per-domain key ``key``: the one number, or
+    the listed one (``default`` for a domain not listed); a listed name that is not one of
+    ``domains`` is a ConfigError naming the valid ones."""
+    if not isinstance(value, str):
+        return dict.fromkeys(domains, value)
+    number = int if isinstance(default, int) else float
+    listed = parse_per_domain(value, number, key)
+    for domain in listed:
+        if domain not in domains:
+            raise ConfigError(
+                f"{key} names unknown domain {domain!r}{did_you_mean(domain, list(domains))}; "
+                f"domains: {', '.join(domains)}"
+            )
+    return {domain: listed.get(domain, default) for domain in domains}
+
+
+def coerce(value: Any, kind: Any, key: str) -> Any:
+    """Convert a TOML or command-line value to the field's type, or raise ConfigError.
+
+    ``kind`` is ``bool``, ``int``, ``float``, ``str``, a ``Literal[...]`` of strings
+    (a choice: any other value is an error naming the choices, as :func:`check_choice`) or a
+    per-domain union (:data:`PER_DOMAIN_KINDS`, see :func:`coerce_per_domain`).
+    """
+    if kind in PER_DOMAIN_KINDS:
+        return coerce_per_domain(value, PER_DOMAIN_KINDS[kind], key)
+    if typing.get_origin(kind) is Literal:
+        text = str(value)
+        check_choice(key, text, typing.get_args(kind))
+        return text
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(value)
+        if kind is float:
+            return float(value)
+        if kind is str:
+            return str(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{key} expects {kind.__name__}, got {value!r}") from None
+    return value
+
+
+def check_choice(key: str, value: str, choices: typing.Iterable[str]) -> None:
+    """Raise ConfigError naming the choices unless ``value`` is one of them."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ConfigError(
+            f"unknown {key} {value!r}{did_you_mean(value, choices)}; "
+            f"choose one of: {', '.join(choices)}"
+        )
+
+
+def check_declared(obj: Any, prefix: str = "") -> None:
+    """Check every declared field of dataclass ``obj`` (a run config, an algorithm's
+    hyperparameters) against its declaration, with one message style: a ``Literal`` field
+    holds one of its choices, a number is finite and inside its range (a per-domain value,
+    ``DOMAIN:N,...``, domain by domain). Messages name the field as ``prefix + name``."""
+    for item in dataclasses.fields(obj):
+        name, kind = prefix + item.name, field_type(type(obj), item.name)
+        value = getattr(obj, item.name)
+        if typing.get_origin(kind) is Literal:
+            coerce(value, kind, name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number, got {value}")
+        interval = item.metadata.get(RANGE_KEY)
+        if interval is None or not interval.text():
+            continue
+        if kind in PER_DOMAIN_KINDS and isinstance(value, str):
+            items = parse_per_domain(value, PER_DOMAIN_KINDS[kind], name).items()
+            values = [(f" of domain {domain!r}", number) for domain, number in items]
+        else:
+            values = [("", value)]
+        for where, number in values:
+            if isinstance(number, int | float) and not interval.holds(number):
+                raise ConfigError(f"{name}{where} must be {interval.text()}, got {number}")

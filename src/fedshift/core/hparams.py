@@ -24,6 +24,8 @@ from fedshift.core.declare import (
     FieldInfo,
     HparamRange,
     Search,
+    check_declared,
+    coerce,
     declared,
     describe_fields,
     field_type,
@@ -35,7 +37,6 @@ from fedshift.core.declare import (
     uniform,
 )
 from fedshift.core.errors import ConfigError, did_you_mean
-from fedshift.core.runconfig import check_declared, coerce
 
 __all__ = [
     "RANGE_KEY",

@@ -8,22 +8,40 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import math
 import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from fedshift.core.declare import (  # the general value checks live there (re-exported)
+    PER_DOMAIN_KINDS as PER_DOMAIN_KINDS,
+)
 from fedshift.core.declare import (
-    RANGE_KEY,
     FieldInfo,
     Search,
+    check_choice,
+    check_declared,
     declared,
     describe_fields,
     field_type,
     log_uniform,
 )
-from fedshift.core.errors import ConfigError, did_you_mean
+from fedshift.core.declare import (
+    coerce as coerce,
+)
+from fedshift.core.declare import (
+    coerce_number as coerce_number,
+)
+from fedshift.core.declare import (
+    coerce_per_domain as coerce_per_domain,
+)
+from fedshift.core.declare import (
+    parse_per_domain as parse_per_domain,
+)
+from fedshift.core.declare import (
+    per_domain_value as per_domain_value,
+)
+from fedshift.core.errors import ConfigError
 
 # Each closed choice set of a run key is declared once, as a Literal alias typing its
 # RunConfig field; the tuple beside it (typing.get_args) is what messages and owners use.
@@ -177,64 +195,6 @@ class RunConfig:
         "model unet)",
         group="task",
     )
-    # -- run
-    rounds: int = key(30, "communication rounds", group="run", low=1, resume=MAY_GROW)
-    # -- training
-    local_epochs: int = key(
-        1, "epochs of local training per round", symbol="E", group="training", low=1
-    )
-    batch_size: int = key(64, "local mini-batch size", symbol="B", group="training", low=1)
-    lr: float = key(
-        0.01,
-        "learning rate of the local optimizer",
-        symbol="η",
-        group="training",
-        low=0,
-        low_open=True,
-        search=log_uniform(1e-3, 1e-1),
-    )
-    momentum: float = key(0.9, "momentum of the local optimizer", group="training", low=0)
-    weight_decay: float = key(
-        5e-4,
-        "L2 weight decay of the local optimizer",
-        group="training",
-        low=0,
-        search=log_uniform(1e-6, 1e-2),
-    )
-    optimizer: Optimizer = key("sgd", "the local optimizer: sgd or adam", group="training")
-    # -- model
-    model: str = key(
-        "cnn",
-        "the backbone (`fedshift list models`; default: the algorithm's own, else cnn), or a "
-        "plug-in as package.module:builder",
-        group="model",
-    )
-    model_weights: str = key(
-        "",
-        "the backbone's starting weights: a local state-dict file (torch or safetensors), or "
-        "imagenet: the file the model's card pins (`fedshift list models`: torchvision's in "
-        "torch's cache, a registry package's, timm's in the local Hugging Face cache), "
-        "checked; never downloaded; empty: random",
-        group="model",
-    )
-    normalize: Normalize = key(
-        "auto",
-        "input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std), mnist "
-        "((x01 - 0.1307) / 0.3081 on every channel, x01 the image in [0, 1]: the official "
-        "FedProto/torchvision MNIST input); auto: imagenet when model_weights is a torchvision "
-        "(ImageNet-pretrained) state_dict or timm weights expecting ImageNet's, else symmetric",
-        group="model",
-    )
-    input_channels: int = key(
-        0,
-        "input channels of the backbone: 0, the dataset's; 1, one channel: the backbone's "
-        "first layer takes 1 channel and it sees the mean over the image's channels (exact "
-        "for gray sources stored as identical channels, e.g. Digit-Five's MNIST; for color "
-        "images an unweighted gray), before any normalize",
-        group="model",
-        low=0,
-        high=1,
-    )
     # -- data
     server_data: str = key(
         "",
@@ -272,6 +232,22 @@ class RunConfig:
         "auto",
         "where augment=domainbed runs: batched (kornia, whole batches on the run's device), pil "
         "(image by image, as DomainBed); auto: batched on CUDA, pil on the CPU",
+        group="data",
+    )
+    client_data_fraction: float | str = key(
+        1.0,
+        "share of its train split each client keeps (FPL): one fraction, or per domain as "
+        '"DOMAIN:F,..." (a domain not named keeps all of it); of what: client_data_of',
+        group="data",
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    client_data_of: ClientDataOf = key(
+        "share",
+        "what client_data_fraction is a fraction of: share (the client's part of its domain's "
+        "train split), domain (its domain's train + val images: each client keeps "
+        "int(fraction x that) of its part, FPL's official percent_dict)",
         group="data",
     )
     # -- partition
@@ -329,7 +305,39 @@ class RunConfig:
         low=0,
         high=1,
     )
-    # -- model (per client)
+    # -- model
+    model: str = key(
+        "cnn",
+        "the backbone (`fedshift list models`; default: the algorithm's own, else cnn), or a "
+        "plug-in as package.module:builder",
+        group="model",
+    )
+    model_weights: str = key(
+        "",
+        "the backbone's starting weights: a local state-dict file (torch or safetensors), or "
+        "imagenet: the file the model's card pins (`fedshift list models`: torchvision's in "
+        "torch's cache, a registry package's, timm's in the local Hugging Face cache), "
+        "checked; never downloaded; empty: random",
+        group="model",
+    )
+    normalize: Normalize = key(
+        "auto",
+        "input normalization: symmetric ([-1, 1]), imagenet (ImageNet mean/std), mnist "
+        "((x01 - 0.1307) / 0.3081 on every channel, x01 the image in [0, 1]: the official "
+        "FedProto/torchvision MNIST input); auto: imagenet when model_weights is a torchvision "
+        "(ImageNet-pretrained) state_dict or timm weights expecting ImageNet's, else symmetric",
+        group="model",
+    )
+    input_channels: int = key(
+        0,
+        "input channels of the backbone: 0, the dataset's; 1, one channel: the backbone's "
+        "first layer takes 1 channel and it sees the mean over the image's channels (exact "
+        "for gray sources stored as identical channels, e.g. Digit-Five's MNIST; for color "
+        "images an unweighted gray), before any normalize",
+        group="model",
+        low=0,
+        high=1,
+    )
     hetero_models: str = key(
         "",
         'per-client model variants, e.g. "fedproto" or "out_channels=10/18;out_channels=10/20": '
@@ -343,6 +351,29 @@ class RunConfig:
         "one model per client); own only for algorithms that send no model weights",
         group="model",
     )
+    # -- training
+    local_epochs: int = key(
+        1, "epochs of local training per round", symbol="E", group="training", low=1
+    )
+    batch_size: int = key(64, "local mini-batch size", symbol="B", group="training", low=1)
+    lr: float = key(
+        0.01,
+        "learning rate of the local optimizer",
+        symbol="η",
+        group="training",
+        low=0,
+        low_open=True,
+        search=log_uniform(1e-3, 1e-1),
+    )
+    momentum: float = key(0.9, "momentum of the local optimizer", group="training", low=0)
+    weight_decay: float = key(
+        5e-4,
+        "L2 weight decay of the local optimizer",
+        group="training",
+        low=0,
+        search=log_uniform(1e-6, 1e-2),
+    )
+    optimizer: Optimizer = key("sgd", "the local optimizer: sgd or adam", group="training")
     # -- federation
     fraction: float = key(
         1.0,
@@ -353,40 +384,6 @@ class RunConfig:
         high=1,
         low_open=True,
     )
-    # -- data (per client)
-    client_data_fraction: float | str = key(
-        1.0,
-        "share of its train split each client keeps (FPL): one fraction, or per domain as "
-        '"DOMAIN:F,..." (a domain not named keeps all of it); of what: client_data_of',
-        group="data",
-        low=0,
-        high=1,
-        low_open=True,
-    )
-    client_data_of: ClientDataOf = key(
-        "share",
-        "what client_data_fraction is a fraction of: share (the client's part of its domain's "
-        "train split), domain (its domain's train + val images: each client keeps "
-        "int(fraction x that) of its part, FPL's official percent_dict)",
-        group="data",
-    )
-    # -- run
-    seed: int = key(0, "seeds the run: model init, sampling, local batches", group="run")
-    # -- hardware
-    device: str = key(
-        "auto",
-        "where the run trains: auto, cpu, cuda or cuda:N",
-        group="hardware",
-        resume=MAY_CHANGE,
-    )
-    threads: int = key(
-        0,
-        "CPU threads for torch; 0: one, whatever the machine's cores and load (the same "
-        "numbers on an idle and a busy machine)",
-        group="hardware",
-        resume=MAY_CHANGE,
-    )
-    # -- federation
     failure_policy: FailurePolicy = key(
         "dynamic",
         "when a round with failed clients goes on: strict (every called client), dynamic (at "
@@ -395,6 +392,37 @@ class RunConfig:
     )
     min_clients: int = key(
         1, "failure_policy=dynamic: replies a round needs", group="federation", low=1
+    )
+    max_reply_value: float = key(
+        1e6,
+        "a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off",
+        group="federation",
+        low=0,
+    )
+    # -- run
+    rounds: int = key(30, "communication rounds", group="run", low=1, resume=MAY_GROW)
+    seed: int = key(0, "seeds the run: model init, sampling, local batches", group="run")
+    checkpoint_every: int = key(
+        1, "save a checkpoint every N rounds and after the last", group="run", low=1
+    )
+    tracking: str = key(
+        "tensorboard",
+        "experiment loggers beside metrics.jsonl: a comma list of tensorboard, wandb, mlflow; "
+        "or none",
+        group="run",
+        resume=MAY_CHANGE,
+    )
+    preset: str = key(
+        "",
+        "the paper preset the run started from (`fedshift list presets`, or a TOML path): its "
+        "settings lie below every file, flag and --set",
+        group="run",
+    )
+    preset_sha256: str = key(
+        "",
+        "the SHA-256 of the preset file, filled in by the resolver so config.json records "
+        "which one ran",
+        group="run",
     )
     # -- evaluation
     eval_every: int = key(
@@ -428,11 +456,20 @@ class RunConfig:
         group="evaluation",
         low=0,
     )
-    # -- run
-    checkpoint_every: int = key(
-        1, "save a checkpoint every N rounds and after the last", group="run", low=1
-    )
     # -- hardware
+    device: str = key(
+        "auto",
+        "where the run trains: auto, cpu, cuda or cuda:N",
+        group="hardware",
+        resume=MAY_CHANGE,
+    )
+    threads: int = key(
+        0,
+        "CPU threads for torch; 0: one, whatever the machine's cores and load (the same "
+        "numbers on an idle and a busy machine)",
+        group="hardware",
+        resume=MAY_CHANGE,
+    )
     vectorize: Vectorize = key(
         "auto",
         "run a call's clients together (vmap) where a task allows: on, off, auto (on with CUDA)",
@@ -457,13 +494,6 @@ class RunConfig:
         "clients one by one under compile=true); false: eager",
         group="hardware",
     )
-    # -- federation
-    max_reply_value: float = key(
-        1e6,
-        "a client's reply holding a floating value beyond +-max_reply_value is refused; 0: off",
-        group="federation",
-        low=0,
-    )
     # -- robustness
     faults: str = key(
         "",
@@ -471,47 +501,6 @@ class RunConfig:
         "(KIND@ROUND:CLIENT, '*' for any round or client; fedshift.engine.simulation.faults)",
         group="robustness",
     )
-    # -- run
-    tracking: str = key(
-        "tensorboard",
-        "experiment loggers beside metrics.jsonl: a comma list of tensorboard, wandb, mlflow; "
-        "or none",
-        group="run",
-        resume=MAY_CHANGE,
-    )
-    # -- privacy
-    dp_clip: float = key(
-        0.0,
-        "client-level differential privacy (docs/privacy.md): clip norm of a client's model "
-        "update or class prototype; 0: off",
-        symbol="C",
-        group="privacy",
-        low=0,
-    )
-    dp_noise: float = key(
-        1.0,
-        "Gaussian noise multiplier (noise std z*C/m, m the round's sampled clients); > 0 when "
-        "dp_clip is set",
-        symbol="z",
-        group="privacy",
-    )
-    dp_delta: float = key(
-        1e-5,
-        "the delta of the reported epsilon",
-        symbol="δ",
-        group="privacy",
-        low=0,
-        high=1,
-        low_open=True,
-        high_open=True,
-    )
-    dp_min_count: int = key(
-        5,
-        "classes a client holds fewer examples of are withheld from its prototypes",
-        group="privacy",
-        low=1,
-    )
-    # -- robustness
     aggregator: str = key(
         "mean",
         "how the server combines what clients send: mean (weighted, as each paper), median, "
@@ -548,18 +537,37 @@ class RunConfig:
     attack_strength: float = key(
         0.0, "the attack's scale; 0: its default", group="robustness", low=0
     )
-    # -- run
-    preset: str = key(
-        "",
-        "the paper preset the run started from (`fedshift list presets`, or a TOML path): its "
-        "settings lie below every file, flag and --set",
-        group="run",
+    # -- privacy
+    dp_clip: float = key(
+        0.0,
+        "client-level differential privacy (docs/privacy.md): clip norm of a client's model "
+        "update or class prototype; 0: off",
+        symbol="C",
+        group="privacy",
+        low=0,
     )
-    preset_sha256: str = key(
-        "",
-        "the SHA-256 of the preset file, filled in by the resolver so config.json records "
-        "which one ran",
-        group="run",
+    dp_noise: float = key(
+        1.0,
+        "Gaussian noise multiplier (noise std z*C/m, m the round's sampled clients); > 0 when "
+        "dp_clip is set",
+        symbol="z",
+        group="privacy",
+    )
+    dp_delta: float = key(
+        1e-5,
+        "the delta of the reported epsilon",
+        symbol="δ",
+        group="privacy",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    )
+    dp_min_count: int = key(
+        5,
+        "classes a client holds fewer examples of are withheld from its prototypes",
+        group="privacy",
+        low=1,
     )
     algo: dict[str, Any] = field(default_factory=dict)
 
@@ -606,125 +614,6 @@ def describe_run_keys() -> list[FieldInfo]:
     return describe_fields(RunConfig, RUN_KEYS)
 
 
-#: the per-domain field types: one number for every domain, or "DOMAIN:NUMBER,..."
-PER_DOMAIN_KINDS = {int | str: int, float | str: float}
-
-
-def parse_per_domain(text: str, number: type, key: str) -> dict[str, int | float]:
-    """``"mnist:3,usps:7"`` -> ``{"mnist": 3, "usps": 7}``; a one-line ConfigError for a
-    malformed item, a repeated domain or a value that is not a ``number``."""
-    values: dict[str, int | float] = {}
-    for item in text.split(","):
-        domain, sep, raw = (part.strip() for part in item.partition(":"))
-        if not sep or not domain or not raw:
-            raise ConfigError(
-                f"{key} {text!r}: item {item.strip()!r} is not DOMAIN:{number.__name__.upper()}"
-                f" (e.g. {key}=mnist:3,usps:7, or one {number.__name__} for every domain)"
-            )
-        if domain in values:
-            raise ConfigError(f"{key} {text!r} names domain {domain!r} twice")
-        values[domain] = coerce_number(raw, number, f"{key} of domain {domain!r}")
-    return values
-
-
-def coerce_number(value: Any, number: type, key: str) -> int | float:
-    """``value`` as an int or float (an int takes no fraction, neither takes a bool)."""
-    try:
-        if isinstance(value, bool):
-            raise ValueError(value)
-        if number is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(value)
-        return float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{key} expects {number.__name__}, got {value!r}") from None
-
-
-def coerce_per_domain(value: Any, number: type, key: str) -> int | float | str:
-    """A per-domain key's value: one number, or a ``DOMAIN:NUMBER`` list (or a mapping, from
-    Python or a ``--config`` table) normalized to ``"a:1,b:2"`` (so files, ``--set`` and a
-    resumed config.json compare equal)."""
-    if isinstance(value, dict):
-        value = ",".join(f"{domain}:{n}" for domain, n in value.items())
-    if isinstance(value, str) and ":" in value:
-        items = parse_per_domain(value, number, key)
-        return ",".join(f"{domain}:{n}" for domain, n in items.items())
-    try:
-        return coerce_number(value, number, key)
-    except ConfigError:
-        kind = number.__name__
-        raise ConfigError(
-            f"{key} expects {kind} or DOMAIN:{kind.upper()},... (e.g. mnist:3,usps:7), "
-            f"got {value!r}"
-        ) from None
-
-
-def per_domain_value(
-    value: int | float | str, key: str, domains: typing.Sequence[str], default: int | float
-) -> dict[str, int | float]:
-    """Every domain of ``domains`` -> its value of per-domain key ``key``: the one number, or
-    the listed one (``default`` for a domain not listed); a listed name that is not one of
-    ``domains`` is a ConfigError naming the valid ones."""
-    if not isinstance(value, str):
-        return dict.fromkeys(domains, value)
-    number = int if isinstance(default, int) else float
-    listed = parse_per_domain(value, number, key)
-    for domain in listed:
-        if domain not in domains:
-            raise ConfigError(
-                f"{key} names unknown domain {domain!r}{did_you_mean(domain, list(domains))}; "
-                f"domains: {', '.join(domains)}"
-            )
-    return {domain: listed.get(domain, default) for domain in domains}
-
-
-def coerce(value: Any, kind: Any, key: str) -> Any:
-    """Convert a TOML or command-line value to the field's type, or raise ConfigError.
-
-    ``kind`` is ``bool``, ``int``, ``float``, ``str``, a ``Literal[...]`` of strings
-    (a choice: any other value is an error naming the choices, as :func:`check_choice`) or a
-    per-domain union (:data:`PER_DOMAIN_KINDS`, see :func:`coerce_per_domain`).
-    """
-    if kind in PER_DOMAIN_KINDS:
-        return coerce_per_domain(value, PER_DOMAIN_KINDS[kind], key)
-    if typing.get_origin(kind) is Literal:
-        text = str(value)
-        check_choice(key, text, typing.get_args(kind))
-        return text
-    try:
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(value)
-        if kind is float:
-            return float(value)
-        if kind is str:
-            return str(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{key} expects {kind.__name__}, got {value!r}") from None
-    return value
-
-
-def check_choice(key: str, value: str, choices: typing.Iterable[str]) -> None:
-    """Raise ConfigError naming the choices unless ``value`` is one of them."""
-    choices = tuple(choices)
-    if value not in choices:
-        raise ConfigError(
-            f"unknown {key} {value!r}{did_you_mean(value, choices)}; "
-            f"choose one of: {', '.join(choices)}"
-        )
-
-
 def check_choice_device(device: str) -> None:
     """A device is one of :data:`DEVICES` or ``cuda:N`` (one GPU of several)."""
     if re.fullmatch(r"cuda:\d+", str(device)) is None:
@@ -755,31 +644,6 @@ def tracking_loggers(text: str) -> list[str]:
                 f"installed: pip install 'fedshift[{name}]'"
             )
     return names
-
-
-def check_declared(obj: Any, prefix: str = "") -> None:
-    """Check every declared field of dataclass ``obj`` (a run config, an algorithm's
-    hyperparameters) against its declaration, with one message style: a ``Literal`` field
-    holds one of its choices, a number is finite and inside its range (a per-domain value,
-    ``DOMAIN:N,...``, domain by domain). Messages name the field as ``prefix + name``."""
-    for item in dataclasses.fields(obj):
-        name, kind = prefix + item.name, field_type(type(obj), item.name)
-        value = getattr(obj, item.name)
-        if typing.get_origin(kind) is Literal:
-            coerce(value, kind, name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name} must be a finite number, got {value}")
-        interval = item.metadata.get(RANGE_KEY)
-        if interval is None or not interval.text():
-            continue
-        if kind in PER_DOMAIN_KINDS and isinstance(value, str):
-            items = parse_per_domain(value, PER_DOMAIN_KINDS[kind], name).items()
-            values = [(f" of domain {domain!r}", number) for domain, number in items]
-        else:
-            values = [("", value)]
-        for where, number in values:
-            if isinstance(number, int | float) and not interval.holds(number):
-                raise ConfigError(f"{name}{where} must be {interval.text()}, got {number}")
 
 
 def check_run_values(cfg: RunConfig) -> None:
