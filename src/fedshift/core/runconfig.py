@@ -525,8 +525,7 @@ class RunConfig:
     )
     attack: str = key(
         "",
-        "simulated malicious clients (simulation engine): sign-flip, alie, ipm, label-flip, "
-        "proto-poison; empty: none",
+        f"simulated malicious clients (simulation engine): {', '.join(ATTACKS)}; empty: none",
         group="robustness",
     )
     attack_clients: str = key(
