@@ -10,6 +10,7 @@ from pathlib import Path
 from fedshift.cli.errors import Command, run_again
 from fedshift.cli.flags import add_config_arguments, add_run_flags, flag_values
 from fedshift.cli.tables import print_table
+from fedshift.core import numerics
 from fedshift.core.errors import ConfigError, RunInterrupted
 
 #: ``--resume`` alone: continue from the latest checkpoint
@@ -89,9 +90,12 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(format_summary(summary))
-    used = (RunFiles(out_dir).read_config() or {}).get("run_info", {}).get("threads")
+    info = (RunFiles(out_dir).read_config() or {}).get("run_info", {})
+    used = info.get("threads")
     if isinstance(used, int):
         print(f"CPU threads: {used} (the numbers depend on the count; --set threads=N)")
+    if isinstance(info.get("numerics"), dict):
+        print(numerics.summary_line(info["numerics"]))
     line = preset_paper_line(cfg.preset, summary)
     if line:
         print(line)
@@ -144,6 +148,7 @@ def print_task(cfg) -> None:
     compiled = "compiled (torch.compile)" if info["compile"] else "eager"
     where = f"precision {info['precision']} on {info['device']}, {threads(info['threads'])}"
     print(f"# training: {where}; {layout} models; {compiled}")
+    print(f"# {numerics.summary_line(info['numerics'])}")
     clients = vectorize_summary(cfg.vectorize, exp.device, exp.precision.name, cfg.compile)
     print(f"# clients: {clients}")
     columns = ("id", "name", "domain", "role", "train", "val", "test")

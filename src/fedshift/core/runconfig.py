@@ -87,6 +87,9 @@ CatalogSplit = Literal["default", "full"]
 #: split, or its domain's training images (train + val: all but the test images)
 ClientDataOf = Literal["share", "domain"]
 CHANNELS_LAST: tuple[str, ...] = typing.get_args(ChannelsLast)
+#: the CPU's numeric path (:mod:`fedshift.core.numerics`): pinned kernels (the same numbers
+#: on every x86-64 machine kind) or the CPU's native ones (faster on a wider CPU)
+CpuNumerics = Literal["pinned", "native"]
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
 RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
 #: other names a run key answers to, silently: the papers' symbol (``lambda``) -> the key
@@ -384,6 +387,13 @@ class RunConfig:
         "numbers on an idle and a busy machine)",
         group="hardware",
         resume=MAY_CHANGE,
+    )
+    cpu_numerics: CpuNumerics = key(
+        "pinned",
+        "the CPU's numeric path: pinned (ATen AVX2, oneDNN AVX2, MKL COMPATIBLE: one seed gives "
+        "the same numbers on every x86-64 machine kind) or native (the CPU's widest kernels: "
+        "faster there, other last bits; needed by precision=bf16 on the CPU)",
+        group="hardware",
     )
     # -- federation
     failure_policy: FailurePolicy = key(

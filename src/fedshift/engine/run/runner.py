@@ -24,7 +24,7 @@ from fedshift.core.state import (
 )
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import Experiment, prepare
-from fedshift.engine.evaluation import evaluate, personal_eval_every
+from fedshift.engine.evaluation import at_chance, evaluate, personal_eval_every
 from fedshift.engine.federation import BaseFederation
 from fedshift.engine.run.rundir import check_run_dir, claim_run_dir, settle_run_dir
 from fedshift.engine.run.selection import (
@@ -362,6 +362,9 @@ class Runner:
             "samples_per_second": round(self.fed.samples / wall, 1) if wall > 0 else 0.0,
             "device": str(self.exp.device),
         }
+        for key, row in (("at_chance", chosen), ("at_chance_last", last)):
+            if at_chance(self.exp, row.get("per_domain_accuracy")):
+                summary[key] = True  # one class predicted for every image: say so
         if self.exp.algorithm.run.privacy is not None:
             summary["dp_epsilon"] = history[-1]["dp_epsilon"]
             summary["dp_delta"] = cfg.dp_delta
