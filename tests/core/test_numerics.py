@@ -140,3 +140,20 @@ def test_a_run_records_and_prints_its_numeric_path(tmp_path, tiny_digits):
     info = runner.exp.info["numerics"]
     assert info["cpu_numerics"] == "pinned"
     assert numerics.summary_line(info).startswith("numeric path pinned (ATen ")
+
+
+def test_a_run_from_before_the_key_resumes_on_the_native_path(tmp_path):
+    """A config.json without ``cpu_numerics`` ran on the native path: it resumes there, and
+    a resume cannot switch a run's path (its numbers would change mid-run)."""
+    import json
+
+    from fedshift.config import resolve, resolve_resume
+
+    saved = resolve(None, {"algorithm": "fedavg"}, ["rounds=2", "device=cpu"]).to_dict()
+    del saved["cpu_numerics"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert resolve_resume(tmp_path, None, {}, []).cpu_numerics == "native"
+    saved["cpu_numerics"] = "pinned"
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ConfigError, match="cpu_numerics"):
+        resolve_resume(tmp_path, None, {}, ["cpu_numerics=native"])
