@@ -1,0 +1,35 @@
+"""FedAdagrad (Reddi et al., Adaptive Federated Optimization, ICLR 2021)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from fedshift.algorithms._adaptive_hparams import AdaptiveHparams
+from fedshift.algorithms._server_opt import AdaptiveServerOptimizer
+from fedshift.core.hparams import hp
+
+
+@dataclass(frozen=True)
+class FedAdagradHparams(AdaptiveHparams):
+    beta2: float = hp(0.99, "β2", "unused by FedAdagrad (v is a plain sum)", low=0, high=1)
+
+
+class FedAdagrad(AdaptiveServerOptimizer):
+    """FedAvg's clients; the server keeps ``m ← β1·m + (1 − β1)·Δ`` and ``v ← v + Δ²`` of the
+    pseudo-update ``Δ = mean(client models) − x`` and steps ``x ← x + η·m / (√v + τ)``.
+
+    ``m`` and ``v`` live in ``state.extra`` (``first_moment``, ``second_moment``),
+    checkpointed. Integer buffers (BatchNorm ``num_batches_tracked``) take FedAvg's rounded
+    mean. Deviation notes: ``v`` starts at 0 as in Flower 1.41 (the paper's Algorithm 2
+    allows any ``v_{-1} ≥ τ²``); β1 = 0.9 is the paper's, Flower's ``FedAdagrad`` fixes
+    β1 = 0 (``algo.beta1=0`` gives Flower's rule).
+    """
+
+    name = "fedadagrad"
+    paper = "Reddi et al., Adaptive Federated Optimization, ICLR 2021"
+    Hparams = FedAdagradHparams
+
+    def second_moment(self, v: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        return v + delta**2
