@@ -1,4 +1,4 @@
-"""The hyperparameters FedAdagrad, FedAdam and FedYogi share (Reddi et al., ICLR 2021)."""
+"""The hyperparameters of FedAdagrad, FedAdam and FedYogi (Reddi et al., ICLR 2021)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,6 @@ class AdaptiveHparams(BaseHparams):
         search=log_uniform(1e-3, 1.0),
     )
     beta1: float = hp(0.9, "β1", "first-moment (momentum) decay; the paper uses 0.9", low=0, high=1)
-    beta2: float = hp(
-        0.99, "β2", "second-moment decay (FedAdam, FedYogi); the paper uses 0.99", low=0, high=1
-    )
     tau: float = hp(
         1e-3,
         "τ",
@@ -30,3 +27,10 @@ class AdaptiveHparams(BaseHparams):
         low_open=True,
         search=log_uniform(1e-5, 1e-1),
     )
+
+
+@dataclass(frozen=True)
+class DecayingHparams(AdaptiveHparams):
+    """FedAdam's and FedYogi's: the second moment decays with β2."""
+
+    beta2: float = hp(0.99, "β2", "second-moment decay; the paper uses 0.99", low=0, high=1)

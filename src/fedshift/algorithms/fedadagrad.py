@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedshift.algorithms._adaptive_hparams import AdaptiveHparams
 from fedshift.algorithms._server_opt import AdaptiveServerOptimizer
-from fedshift.core.hparams import hp
-
-
-@dataclass(frozen=True)
-class FedAdagradHparams(AdaptiveHparams):
-    beta2: float = hp(0.99, "β2", "unused by FedAdagrad (v is a plain sum)", low=0, high=1)
 
 
 class FedAdagrad(AdaptiveServerOptimizer):
@@ -29,7 +21,7 @@ class FedAdagrad(AdaptiveServerOptimizer):
 
     name = "fedadagrad"
     paper = "Reddi et al., Adaptive Federated Optimization, ICLR 2021"
-    Hparams = FedAdagradHparams
+    Hparams = AdaptiveHparams
 
     def second_moment(self, v: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         return v + delta**2

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 import torch
 
-from fedshift.algorithms._adaptive_hparams import AdaptiveHparams
+from fedshift.algorithms._adaptive_hparams import DecayingHparams
 from fedshift.algorithms._server_opt import AdaptiveServerOptimizer
 from fedshift.core.hparams import hp
 
 
 @dataclass(frozen=True)
-class FedAdamHparams(AdaptiveHparams):
+class FedAdamHparams(DecayingHparams):
     bias_correction: bool = hp(
         False,
         "",

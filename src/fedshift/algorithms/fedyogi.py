@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 import torch
 
-from fedshift.algorithms._adaptive_hparams import AdaptiveHparams
+from fedshift.algorithms._adaptive_hparams import DecayingHparams
 from fedshift.algorithms._server_opt import AdaptiveServerOptimizer
 from fedshift.core.hparams import hp, log_uniform
 
 
 @dataclass(frozen=True)
-class FedYogiHparams(AdaptiveHparams):
+class FedYogiHparams(DecayingHparams):
     server_lr: float = hp(
         0.01,
         "η",
