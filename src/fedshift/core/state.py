@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from fedshift.core.bounded import open_regular
 from fedshift.core.errors import CheckpointError, StorageError
 from fedshift.core.torchload import load_failure, load_weights_only
 
@@ -265,7 +266,8 @@ def _verified_payload(path: Path) -> bytes:
         raise CheckpointError(
             f"checkpoint {path} is {size:,} bytes, above the {MAX_CHECKPOINT_BYTES:,}-byte bound"
         )
-    data = path.read_bytes()
+    with open_regular(path, CheckpointError, "checkpoint") as handle:
+        data = handle.read()
     payload, trailer = data[:-TRAILER_SIZE], data[-TRAILER_SIZE:]
     if not (trailer.startswith(MAGIC) and trailer.endswith(b"\n")):
         if data.startswith(ZIP_START) and data[-ZIP_END_SIZE:].startswith(ZIP_END):

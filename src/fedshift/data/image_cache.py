@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedshift.core.bounded import MAX_SIDECAR_BYTES, load_npy, read_json_bounded
+from fedshift.core.bounded import MAX_SIDECAR_BYTES, load_npy, open_regular, read_json_bounded
 from fedshift.core.errors import DatasetError
 
 #: bump when the file layout or the decoder's output changes: old files are then ignored
@@ -80,7 +80,7 @@ def sampled_digest(path: Path) -> str:
     digest = hashlib.sha256(str(size).encode())
     last = max(0, size - _BLOCK)
     offsets = sorted({0, last, *(last * i // (_SAMPLES - 1) for i in range(_SAMPLES))})
-    with open(path, "rb") as handle:
+    with open_regular(path, DatasetError, "image cache") as handle:
         for offset in offsets:
             handle.seek(offset)
             digest.update(handle.read(_BLOCK))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedshift.core.bounded import open_regular
 from fedshift.core.errors import DatasetError
 
 #: the size of a MATLAB v5 file header (text, subsystem offset, version, endian indicator)
@@ -43,7 +44,7 @@ def check_mat_file(path: Path, expected: str = "") -> None:
         where = f" (expected {expected})" if expected else ""
         raise DatasetError(f"missing file {path}{where}")
     size = path.stat().st_size
-    with open(path, "rb") as handle:
+    with open_regular(path, DatasetError, ".mat file") as handle:
         header = handle.read(HEADER_BYTES)
         if len(header) < HEADER_BYTES:
             if header.startswith(b"MATLAB"):
