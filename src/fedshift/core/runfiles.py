@@ -234,7 +234,7 @@ class RunFiles:
     def history(self) -> list[dict[str, Any]]:
         """The rows of ``metrics.jsonl`` (none when it is missing), skipping a line a crash
         cut short (the runner rewrites it on resume)."""
-        if not self.metrics.exists():
+        if not self.metrics.exists() and not self.metrics.is_symlink():
             return []
         rows = []
         for line in read_text_lines(self.metrics, CheckpointError, "metrics file"):
