@@ -20,7 +20,7 @@ from fedshift.core.errors import CheckpointError
 from fedshift.core.split import RowGather, Split
 from fedshift.data.domains import Domain, DomainDataset
 from fedshift.engine.assembly import prepare
-from fedshift.engine.run.datadigest import changed_domains, client_digest
+from fedshift.engine.run.datadigest import changed_domains, domain_digest
 from fedshift.engine.run.runner import Runner
 
 
@@ -30,7 +30,7 @@ def two_images() -> Split:
 
 
 def by_hand(split: Split) -> str:
-    """The digest of a client whose three splits are ``split``, written out byte by byte."""
+    """The digest of a domain whose three splits are ``split``, written out byte by byte."""
     digest = hashlib.sha256()
     for name in ("train", "val", "test"):
         digest.update(name.encode())
@@ -44,28 +44,24 @@ def by_hand(split: Split) -> str:
 
 def test_client_digest_is_sha256_of_the_decoded_rows_and_labels():
     split = two_images()
-    assert client_digest(split, split, split) == by_hand(split)
+    assert domain_digest(split, split, split) == by_hand(split)
     lazy = Split(x=RowGather([split.x], torch.tensor([0, 1])), y=split.y)
-    assert client_digest(lazy, lazy, lazy) == by_hand(split)  # what is read, not how it is held
+    assert domain_digest(lazy, lazy, lazy) == by_hand(split)  # what is read, not how it is held
     one_pixel = Split(x=split.x.clone(), y=split.y)
     one_pixel.x[1, 0, 0, 1] = 5
     swapped = Split(x=split.x.flip(0), y=split.y.flip(0))
     relabeled = Split(x=split.x, y=torch.tensor([3, 2]))
     for other in (one_pixel, swapped, relabeled):
-        assert client_digest(split, split, other) != by_hand(split)
+        assert domain_digest(split, split, other) != by_hand(split)
 
 
-def test_changed_domains_names_each_domain_and_its_clients():
-    saved = [
-        {"id": 0, "domain": "a", "digest": "x0"},
-        {"id": 1, "domain": "a", "digest": "x1"},
-        {"id": 2, "domain": "b", "digest": "x2"},
-    ]
-    assert changed_domains(saved, saved) == {}
-    assert changed_domains(None, saved) == {}  # a run from before digests: not checked
-    now = [dict(saved[0]), {**saved[1], "digest": "y1"}, {**saved[2], "digest": "y2"}]
-    assert changed_domains(saved, now) == {"a": [1], "b": [2]}
-    assert changed_domains(saved, saved[:2]) == {"b": [2]}  # a client gone
+def test_changed_domains_names_each_changed_added_or_removed_domain():
+    saved = {"a": "x0", "b": "x1", "c": "x2"}
+    assert changed_domains(saved, dict(saved)) == []
+    assert changed_domains(None, saved) == []  # a run from before digests: not checked
+    assert changed_domains(saved, {"a": "x0", "b": "y1", "c": "y2"}) == ["b", "c"]
+    assert changed_domains(saved, {"a": "x0", "b": "x1"}) == ["c"]  # a domain gone
+    assert changed_domains(saved, {**saved, "d": "x3"}) == ["d"]  # a domain added
 
 
 def with_domain(dataset: DomainDataset, name: str, train: Split) -> DomainDataset:
@@ -92,9 +88,9 @@ def run(tmp_path, dataset, rounds, **kw):
 def test_resume_refuses_a_domain_whose_data_changed_unless_forced(tmp_path, tiny_digits, caplog):
     assert run(tmp_path, tiny_digits, 2, stop_after=1) == {}
     config = json.loads((tmp_path / "r" / "config.json").read_text())
-    assert [d["domain"] for d in config["run_info"]["data_digests"]] == [
-        c["domain"] for c in config["run_info"]["clients"]
-    ]
+    digests = config["run_info"]["data_digests"]
+    assert sorted(digests) == sorted(tiny_digits.domains)
+    assert all(len(d) == 32 and int(d, 16) >= 0 for d in digests.values())
     mnistm = tiny_digits.domain("mnistm").train
     replaced = mnistm.x[:].clone()
     replaced[7] = replaced[8]  # one image's content replaced: same sizes everywhere
@@ -104,8 +100,24 @@ def test_resume_refuses_a_domain_whose_data_changed_unless_forced(tmp_path, tiny
         run(tmp_path, changed, 2, resume=True)
     assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir() if p.is_file()} == kept
     grown = Split(x=torch.cat([mnistm.x[:], mnistm.x[:1]]), y=torch.cat([mnistm.y, mnistm.y[:1]]))
-    with pytest.raises(CheckpointError, match=r"domain 'mnistm' \(clients \d+\) changed"):
+    with pytest.raises(CheckpointError, match=r"data of domain 'mnistm' changed since"):
         run(tmp_path, with_domain(tiny_digits, "mnistm", grown), 2, resume=True)
+    target = tiny_digits.domain("optdigits")  # no client trains on it: it is only scored
+    relabeled = Split(x=target.test.x, y=(target.test.y + 1) % 10)
+    domains = {
+        **tiny_digits.domains,
+        "optdigits": Domain("optdigits", target.train, target.val, relabeled),
+    }
+    rescored = DomainDataset(
+        tiny_digits.name,
+        domains,
+        tiny_digits.classes,
+        tiny_digits.channels,
+        tiny_digits.image_size,
+        dict(tiny_digits.meta),
+    )
+    with pytest.raises(CheckpointError, match="data of domain 'optdigits' changed"):
+        run(tmp_path, rescored, 2, resume=True)
     with caplog.at_level(logging.WARNING):
         assert run(tmp_path, changed, 2, resume=True, force_data=True)["rounds"] == 2
     assert "--force-data: resuming on changed data (domains mnistm)" in caplog.text

@@ -139,7 +139,7 @@ class Runner:
             self.checkpoint_path,
         )
 
-    def _check_data(self, digests: list[dict], force_data: bool) -> None:
+    def _check_data(self, digests: dict[str, str], force_data: bool) -> None:
         """Refuse to resume on other data than the run started on (sizes, then digests);
         with ``force_data`` a change is one warning and ``config.json`` records the new data,
         so the next resume compares against it."""
@@ -154,7 +154,7 @@ class Runner:
         if changed or info.get("clients") != self.exp.info["clients"]:
             log.warning(
                 "--force-data: resuming on changed data (domains %s); config.json now records it",
-                ", ".join(sorted(changed)) or "with other split sizes",
+                ", ".join(changed) or "with other split sizes",
             )
             new_info = {**info, "clients": self.exp.info["clients"], "data_digests": digests}
             files.write_config({**saved, "run_info": new_info})
@@ -183,7 +183,7 @@ class Runner:
         cfg, algo, fed = self.exp.cfg, self.exp.algorithm, self.fed
         self.out.mkdir(parents=True, exist_ok=True)
         self._states_saved = False
-        digests = data_digests(self.exp.scenario.clients)
+        digests = data_digests(self.exp.dataset)
         if resume:
             start, state, history, wall = self._restore()
             self._check_data(digests, force_data)
