@@ -546,6 +546,7 @@ class DigitFiveDataset(CatalogDataset):
     """Digit-Five from the public copies' files (or M3SDA's bundle), KD3A / FACT's protocol."""
 
     own_split: str = "it has official files"
+    samples_down: bool = True
 
     def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
         """Per-domain train / test counts of the full files of ``domains``, and one line
