@@ -162,3 +162,16 @@ def test_cli_resume_on_an_image_folder_whose_files_changed(tmp_path, monkeypatch
     assert main([*resume, "--force-data"]) == 0, capsys.readouterr().err
     assert main([*argv[:4], "--force-data", "--dataset", "folder:tree"]) == 2
     assert "--force-data is for --resume" in capsys.readouterr().err
+
+
+def test_flower_run_config_carries_force_data(tmp_path):
+    """On Flower the option is the run config key ``force-data`` (with ``resume``)."""
+    pytest.importorskip("flwr", reason="flwr is not installed; pip install -e '.[flower]'")
+    from fedshift.core.errors import ConfigError
+    from fedshift.engine.flower.serverapp import run_on_grid
+    from fedshift.engine.flower.settings import parse_run_config
+
+    assert parse_run_config({"resume": True, "force-data": True})[1].force_data
+    assert not parse_run_config({"resume": True})[1].force_data
+    with pytest.raises(ConfigError, match="--force-data is for --resume"):
+        run_on_grid(None, {"force-data": True, "out-dir": str(tmp_path / "r")})  # no message
