@@ -32,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue the run in --out from its checkpoint; `--resume previous` rolls back "
         "to the checkpoint before the latest (a poisoned model) and continues from there",
     )
+    parser.add_argument(
+        "--force-data",
+        action="store_true",
+        dest="force_data",
+        help="with --resume: continue even though a domain's data changed since the run "
+        "started (refused by default: the run would mix two datasets)",
+    )
     add_config_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_allow_imports_flag(parser, "the --config file, the preset or the resumed run's config.json")
@@ -88,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume is not None,
         roll_back=args.resume == PREVIOUS,
         progress=not args.quiet,
+        force_data=args.force_data,
     )
     print(format_summary(summary))
     info = (RunFiles(out_dir).read_config() or {}).get("run_info", {})

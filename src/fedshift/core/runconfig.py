@@ -78,7 +78,8 @@ MODEL_SELECTIONS: tuple[str, ...] = typing.get_args(ModelSelection)
 #: supports it, fp32 otherwise
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
-#: channels_last memory format of convolutional models; auto: on with CUDA
+#: channels_last memory format of convolutional models; auto: on with CUDA, and on the CPU
+#: for models that ask for it (EfficientNet-Lite)
 ChannelsLast = Literal["auto", "on", "off"]
 #: default: each catalog entry's own protocol; full: the whole official files where that
 #: protocol samples them down (Digit-Five's KD3A/FACT cap)
@@ -456,7 +457,8 @@ class RunConfig:
     )
     channels_last: ChannelsLast = key(
         "auto",
-        "channels_last memory format for convolutional models: on, off, auto (on with CUDA)",
+        "channels_last memory format for convolutional models: on, off, auto (on with CUDA, "
+        "and on the CPU for the EfficientNet-Lite backbones, faster there)",
         group="hardware",
     )
     compile: bool = key(
