@@ -16,7 +16,8 @@ batch_plan`); anything it cannot describe, or a model with random layers, runs s
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +34,50 @@ from fedshift.core.seeding import derive_seed
 RANDOM_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d)
 
 
-def vectorize_blocker(precision: str = "fp32", compile: bool = False) -> str | None:
+def _honoured(value: object) -> str | None:
+    """The vectorized step computes this key's effect exactly as the sequential one does."""
+    return None
+
+
+def _sgd_only(value: object) -> str | None:
+    if value == "sgd":
+        return None
+    return (
+        f"optimizer={value}: the vectorized step is SGD's (optimizer=sgd keeps clients vectorized)"
+    )
+
+
+#: Every key of the ``training`` section (:data:`~fedshift.core.context.TrainConfig`) and what
+#: the vectorized step does with a run's value of it: None where it computes the same step as
+#: the sequential path (:func:`~fedshift.algorithms.toolkit.train_supervised`), else why the
+#: run's clients fall back to sequential. A key missing here (a new one) makes every run fall
+#: back, and tests/engine/test_vectorized_training_keys.py fails until it is decided here.
+TRAINING_KEYS: dict[str, Callable[[object], str | None]] = {
+    "local_epochs": _honoured,  # the epochs loop (or the plan's own epochs)
+    "batch_size": _honoured,  # the same batches, drawn from the same seeded generator
+    "lr": _honoured,  # the SGD update
+    "momentum": _honoured,  # SGD's momentum buffer, per client
+    "weight_decay": _honoured,  # added to the gradient, as torch.optim.SGD does
+    "optimizer": _sgd_only,  # Adam's per-client state is not written here
+}
+
+
+def training_blocker(training: object) -> str | None:
+    """Why the ``training`` settings (a ``TrainConfig``) keep clients off the vectorized
+    path: the first key of the section :data:`TRAINING_KEYS` refuses or does not know."""
+    for item in dataclasses.fields(training):
+        decide = TRAINING_KEYS.get(item.name)
+        if decide is None:
+            return f"training key {item.name} is not known to the vectorized step"
+        reason = decide(getattr(training, item.name))
+        if reason is not None:
+            return reason
+    return None
+
+
+def vectorize_blocker(
+    precision: str = "fp32", compile: bool = False, training: object | None = None
+) -> str | None:
     """Why a run's settings keep its clients off the vectorized path (None: they do not).
 
     Reduced precision: autocast does not reach every op under ``torch.func.vmap``. A
@@ -41,7 +85,8 @@ def vectorize_blocker(precision: str = "fp32", compile: bool = False) -> str | N
     autocast lists ``conv2d`` but not the ``aten::convolution`` that vmap's convolution
     rule calls, so a vmapped convolution runs in fp32 while the sequential path runs it in
     bf16/fp16 (linear layers do autocast; fp16 would also need a per-client loss scaler).
-    ``compile=true``: the vectorized path trains the uncompiled template functionally."""
+    ``compile=true``: the vectorized path trains the uncompiled template functionally.
+    ``training`` (the run's ``TrainConfig``, when given): see :func:`training_blocker`."""
     if precision != "fp32":
         return (
             f"precision {precision}: vmap does not autocast convolutions "
@@ -49,30 +94,42 @@ def vectorize_blocker(precision: str = "fp32", compile: bool = False) -> str | N
         )
     if compile:
         return "compile=true: the vectorized path is not compiled"
-    return None
+    return training_blocker(training) if training is not None else None
+
+
+def vectorize_wanted(mode: str, device: torch.device) -> bool:
+    """``vectorize`` = on, off or auto (on with CUDA, where it pays; the CPU keeps the
+    bit-exact sequential path by default), before any setting blocks it."""
+    if mode not in MODES:
+        raise ValueError(f"vectorize must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode == "on" or (mode == "auto" and device.type == "cuda")
 
 
 def vectorize_enabled(
-    mode: str, device: torch.device, precision: str = "fp32", compile: bool = False
+    mode: str,
+    device: torch.device,
+    precision: str = "fp32",
+    compile: bool = False,
+    training: object | None = None,
 ) -> bool:
-    """``vectorize`` = on, off or auto (on with CUDA, where it pays; the CPU keeps the
-    bit-exact sequential path by default), and only where :func:`vectorize_blocker` finds
-    nothing in the run's ``precision`` (the resolved one) and ``compile``."""
-    if mode not in MODES:
-        raise ValueError(f"vectorize must be one of {', '.join(MODES)}, got {mode!r}")
-    wanted = mode == "on" or (mode == "auto" and device.type == "cuda")
-    return wanted and vectorize_blocker(precision, compile) is None
+    """:func:`vectorize_wanted`, and only where :func:`vectorize_blocker` finds nothing in the
+    run's ``precision`` (the resolved one), ``compile`` and ``training`` section."""
+    wanted = vectorize_wanted(mode, device)
+    return wanted and vectorize_blocker(precision, compile, training) is None
 
 
 def vectorize_summary(
-    mode: str, device: torch.device, precision: str = "fp32", compile: bool = False
+    mode: str,
+    device: torch.device,
+    precision: str = "fp32",
+    compile: bool = False,
+    training: object | None = None,
 ) -> str:
     """How a run's clients will execute, in words (``fedshift run --dry-run``)."""
-    if vectorize_enabled(mode, device, precision, compile):
+    if vectorize_enabled(mode, device, precision, compile, training):
         return f"vectorized where a task allows (vectorize={mode})"
-    wanted = mode == "on" or (mode == "auto" and device.type == "cuda")
-    blocker = vectorize_blocker(precision, compile)
-    if wanted and blocker:
+    blocker = vectorize_blocker(precision, compile, training)
+    if vectorize_wanted(mode, device) and blocker:
         return f"sequential (vectorize={mode}, but {blocker})"
     return f"sequential (vectorize={mode} on {device.type})"
 
@@ -115,7 +172,7 @@ def run_vectorized(
         or any(isinstance(m, RANDOM_MODULES) for m in template.modules())
         or any(ctx.role != "source" for ctx in ctxs)
         or any(ctx.device != first.device or ctx.train_cfg != first.train_cfg for ctx in ctxs)
-        or first.train_cfg.optimizer != "sgd"
+        or training_blocker(first.train_cfg) is not None
         or first.precision.name != "fp32"
     ):
         return None
