@@ -29,7 +29,12 @@ from fedshift.core.state import load_checkpoint
 from fedshift.engine.assembly import prepare
 from fedshift.engine.run.runner import run_experiment
 from fedshift.engine.simulation.dispatch import SimulationFederation
-from fedshift.engine.simulation.vectorized import TRAINING_KEYS, training_blocker
+from fedshift.engine.simulation.vectorized import (
+    TRAINING_KEYS,
+    training_blocker,
+    vectorize_enabled,
+    vectorize_summary,
+)
 
 TOLERANCE = 1e-5
 
@@ -94,6 +99,18 @@ def test_an_unknown_training_key_falls_back():
     assert training_blocker(TrainConfig()) is None
     reason = training_blocker(extended())
     assert reason == "training key label_smoothing is not known to the vectorized step"
+
+
+def test_a_refused_training_key_keeps_auto_on_cuda_sequential():
+    """vectorize=auto on CUDA is where a silently ignored key would have hidden."""
+    cuda = torch.device("cuda")
+    adam = TrainConfig(optimizer="adam")
+    assert vectorize_enabled("auto", cuda, "fp32", False, TrainConfig())
+    assert not vectorize_enabled("auto", cuda, "fp32", False, adam)
+    assert vectorize_summary("auto", cuda, "fp32", False, adam) == (
+        "sequential (vectorize=auto, but optimizer=adam: the vectorized step is SGD's "
+        "(optimizer=sgd keeps clients vectorized))"
+    )
 
 
 @pytest.mark.parametrize("key", section_keys("training"))
