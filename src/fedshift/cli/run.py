@@ -157,7 +157,9 @@ def print_task(cfg) -> None:
     where = f"precision {info['precision']} on {info['device']}, {threads(info['threads'])}"
     print(f"# training: {where}; {layout} models; {compiled}")
     print(f"# {numerics.summary_line(info['numerics'])}")
-    clients = vectorize_summary(cfg.vectorize, exp.device, exp.precision.name, cfg.compile)
+    clients = vectorize_summary(
+        cfg.vectorize, exp.device, exp.precision.name, cfg.compile, exp.algorithm.run.train_cfg
+    )
     print(f"# clients: {clients}")
     columns = ("id", "name", "domain", "role", "train", "val", "test")
     print_table([columns, *([client[k] for k in columns] for client in info["clients"])])
