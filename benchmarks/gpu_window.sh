@@ -5,6 +5,10 @@
 #   gpu-tests   pytest -m gpu (bf16/channels_last training, batched augmentation on CUDA, ...)
 #   throughput  FedAvg, 100 digit-CNN clients: sequential vs vectorized vs the fused
 #               one-model ceiling, in one run (benchmarks/throughput.py)
+#   vmap        the same 100 clients: fedshift's vectorized round against a bare torch.func.vmap
+#               of the same shapes (stacked weights, in-place SGD) and sequential, interleaved
+#               (benchmarks/vmap_ceiling.py; the issue-44 targets: vectorized/bare-vmap, and
+#               sequential/vectorized >= 10)
 #   resnet      ResNet-18 at 224 px, bf16 + channels_last: samples/s and share of the bf16
 #               peak, and compile=true vs false samples/s (torch.compile, inductor; the first
 #               step's compile seconds) (benchmarks/data_pipeline.py --parts resnet --compile)
@@ -28,7 +32,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-all_steps="gpu-tests,throughput,resnet,input,pacs,uda"
+all_steps="gpu-tests,throughput,vmap,resnet,input,pacs,uda"
 out="" pacs="" budget="" dry=0 steps=$all_steps
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -122,6 +126,7 @@ if [ "$dry" -eq 1 ]; then
   step gpu-tests 120 "$py" -m pytest -q -o addopts= -m gpu -p no:cacheprovider tests/test_gpu.py
   step throughput 120 "$py" benchmarks/throughput.py --quick --device cpu \
     --methods sequential,vectorized,fused --threads 1
+  step vmap 120 "$py" benchmarks/vmap_ceiling.py --quick --device cpu --threads 1
   # the compile line with the eager backend: inductor's C++ build takes minutes on a CPU
   step resnet 120 "$py" benchmarks/data_pipeline.py --smoke --parts resnet --threads 1 \
     --compile eager --work "$out/pipeline"
@@ -136,6 +141,7 @@ else
   step gpu-tests 90 "$py" -m pytest -q -o addopts= -m gpu -p no:cacheprovider tests/test_gpu.py
   step throughput 100 "$py" benchmarks/throughput.py --clients 100 --device cuda \
     --methods sequential,vectorized,fused --repeats 3
+  step vmap 90 "$py" benchmarks/vmap_ceiling.py --clients 100 --device cuda --repeats 3
   step resnet 150 "$py" benchmarks/data_pipeline.py --parts resnet --size 224 --batch 256 \
     --repeats 3 --compile inductor --work "$out/pipeline"
   step input 90 "$py" benchmarks/data_pipeline.py --parts augment --size 224 --batch 128 \

@@ -23,6 +23,7 @@ def test_every_example_is_tested():
         "custom_dataset.py",
         "custom_model.py",
         "run_python_api.py",
+        "server_momentum.py",
         "sweep_and_report.py",
     ]
 

@@ -12,7 +12,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from fedshift.core import numerics
 from fedshift.core.version import __version__
+
+# torch's CPU libraries read their kernel choice once, at their first kernel: set the pinned
+# path's variables before anything computes (FEDSHIFT_CPU_NUMERICS=native leaves them)
+numerics.pin_at_import()
 
 if TYPE_CHECKING:
     from fedshift.api import (

@@ -113,6 +113,7 @@ def run(
     config: str | Path | None = None,
     out: str | Path | None = None,
     resume: bool = False,
+    force_data: bool = False,
     progress: bool = False,
     **keys: Any,
 ) -> RunResult:
@@ -122,6 +123,8 @@ def run(
         config: a TOML file of run keys and an ``[algo]`` table (as ``--config``).
         out: run directory (default ``runs/<algo>-<dataset>-<target>-s<seed>``).
         resume: continue the run in ``out`` (its saved config; ``rounds`` may grow).
+        force_data: with ``resume``, continue even though a domain's data changed since
+            the run started (as ``--force-data``).
         progress: show the progress bar.
         **keys: run keys (``algorithm``, ``target``, ``rounds``, ``lr``, ...) and
             ``algo={...}``. ``dataset`` may also be a DomainDataset or ``{domain: data}``
@@ -137,7 +140,9 @@ def run(
         cfg = resolve_resume(out, str(config) if config else None, _settings(keys), [])
     else:
         cfg = resolve_keys(config, **keys)
-    _, run_dir = run_experiment(cfg, out, resume=resume, progress=progress, dataset=dataset)
+    _, run_dir = run_experiment(
+        cfg, out, resume=resume, progress=progress, dataset=dataset, force_data=force_data
+    )
     return load_run(run_dir)
 
 

@@ -321,7 +321,8 @@ def resolve_resume(
     resume rule says (:func:`fedshift.core.runfiles.resume_conflict`: ``device``, ``threads``
     and ``tracking`` may change, ``rounds`` may grow, which extends a finished run); a
     contradiction is a ConfigError naming the key. A run started with ``threads=0`` continues
-    with the thread count it used (``run_info.threads``). A saved import path (``algorithm`` or
+    with the thread count it used (``run_info.threads``), a run from before ``cpu_numerics``
+    on the native path it ran on. A saved import path (``algorithm`` or
     ``model``) must be given again on the command line, or allowed (``allow_imports``).
     """
     saved = saved_run_config(run_dir)
@@ -333,6 +334,8 @@ def resolve_resume(
         refuse_file_imports(saved, {_import_key(k) for k in command_line}, where)
     cfg = RunConfig()
     apply_settings(cfg, {k: v for k, v in saved.items() if k not in ("run_info", "algo")})
+    if "cpu_numerics" not in saved:
+        cfg.cpu_numerics = "native"  # a run from before the pinned path ran on the native one
     cfg.algo = dict(saved.get("algo") or {})
     settings: dict[str, Any] = {}
     if file:

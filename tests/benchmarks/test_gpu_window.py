@@ -11,7 +11,7 @@ from pathlib import Path
 from test_catalog_loaders import _pacs_tree
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_window.sh"
-STEPS = ("gpu-tests", "throughput", "resnet", "input", "pacs", "uda")
+STEPS = ("gpu-tests", "throughput", "vmap", "resnet", "input", "pacs", "uda")
 
 
 def test_gpu_window_dry_run_exercises_every_step(tmp_path, digits_cache):

@@ -119,3 +119,20 @@ def test_run_flags_take_their_help_from_the_declarations(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--rounds ROUNDS communication rounds (default 30)" in text
     assert "--seed SEED seeds the run: model init, sampling, local batches (default 0)" in text
+
+
+def test_show_run_says_channels_last_auto_is_on_where_the_run_turns_it_on(capsys):
+    """#47: ``show run`` said ``auto`` means "on with CUDA", but the run also turns it on on
+    the CPU for a model asking for it (EfficientNet-Lite); the text names both cases."""
+    import torch
+
+    from fedshift.engine.compute import uses_channels_last
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3))
+    cpu = torch.device("cpu")
+    assert not uses_channels_last("auto", cpu, model)
+    model.cpu_channels_last = True  # what the EfficientNet-Lite backbones set
+    assert uses_channels_last("auto", cpu, model)
+    assert main(["show", "run"]) == 0
+    line = next(row for row in capsys.readouterr().out.splitlines() if "channels_last " in row)
+    assert "auto (on with CUDA, and on the CPU for the EfficientNet-Lite backbones" in line

@@ -437,3 +437,15 @@ def test_corrupt_or_unwritable_image_cache_is_rebuilt_with_a_warning(tmp_path, i
         )
     _same_pixels(in_memory, eager)
     assert set(in_memory.meta["image_cache"].values()) == {""}
+
+
+def test_catalog_split_full_is_refused_where_it_would_change_nothing(tmp_path, digits_cache):
+    """#47: ``catalog_split=full`` on digits-dg (or any entry that does not sample its
+    official files down) was accepted and ignored; now one line naming where it applies."""
+    expected = "catalog_split=full applies to the catalog entries whose protocol samples"
+    with pytest.raises(DatasetError, match=expected + r".*\(digit-five\), not to 'digits-dg'"):
+        load_dataset("digits-dg", cache_dir=digits_cache, catalog_split="full")
+    with pytest.raises(DatasetError, match=r"\(digit-five\), not to 'pacs'"):
+        load_dataset("pacs", data_root=tmp_path / "none", catalog_split="full")
+    assert [name for name, entry in CATALOG.items() if entry.samples_down] == ["digit-five"]
+    assert load_dataset("digits-dg", cache_dir=digits_cache, catalog_split="default").domains

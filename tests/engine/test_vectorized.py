@@ -51,6 +51,8 @@ def max_difference(a: dict, b: dict) -> float:
         ("local", {}),
         ("fedavg", {"weight_decay": 0.0}),
         ("fedavg", {"momentum": 0.0, "partition": "dirichlet", "dirichlet_alpha": 0.3}),
+        # augmented batches draw from the client's generator: streamed, not resident
+        ("fedavg", {"augment": "cifar"}),
     ],
 )
 def test_vectorized_replies_match_sequential(tiny_digits, algorithm, settings):

@@ -13,17 +13,24 @@ from fedshift.algorithms.ditto import Ditto
 from fedshift.algorithms.fact import FACT
 from fedshift.algorithms.fact_nf import FACTNoFinetune
 from fedshift.algorithms.fada import FADA
+from fedshift.algorithms.fedadagrad import FedAdagrad
+from fedshift.algorithms.fedadam import FedAdam
 from fedshift.algorithms.fedadg import FedADG
 from fedshift.algorithms.fedavg import FedAvg
+from fedshift.algorithms.fedavgm import FedAvgM
 from fedshift.algorithms.feddg_elcfs import FedDGELCFS
+from fedshift.algorithms.feddyn import FedDyn
 from fedshift.algorithms.fedga import FedGA
+from fedshift.algorithms.fednova import FedNova
 from fedshift.algorithms.fedproto import FedProto
 from fedshift.algorithms.fedprox import FedProx
 from fedshift.algorithms.fedsr import FedSR
+from fedshift.algorithms.fedyogi import FedYogi
 from fedshift.algorithms.fpl import FPL
 from fedshift.algorithms.local import Local
 from fedshift.algorithms.moon import Moon
 from fedshift.algorithms.perada import PerAda
+from fedshift.algorithms.scaffold import Scaffold
 from fedshift.core.algorithm import Algorithm
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams
@@ -64,6 +71,15 @@ BUILTINS: dict[str, type[Algorithm]] = {
         Local,
         Centralized,
         Ditto,
+        # server optimizers (Reddi et al., 2021)
+        FedAvgM,
+        FedAdagrad,
+        FedAdam,
+        FedYogi,
+        # drift correction and normalized averaging
+        Scaffold,
+        FedDyn,
+        FedNova,
         # representation and prototype family
         Moon,
         FedProto,

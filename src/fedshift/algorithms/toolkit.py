@@ -197,6 +197,44 @@ def proximal_penalty(anchor: dict[str, torch.Tensor], mu: float) -> Penalty:
     return penalty
 
 
+def trainable_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Zeros shaped like each trainable parameter (where a control variate, a gradient
+    history or a direction lives; BatchNorm buffers have none)."""
+    return {
+        name: torch.zeros_like(param.detach(), device="cpu")
+        for name, param in model.named_parameters()
+        if param.requires_grad
+    }
+
+
+def linear_penalty(direction: dict[str, torch.Tensor]) -> Penalty:
+    """⟨w, d⟩ summed over the trainable parameters named in ``direction``: its gradient
+    adds ``d`` to each parameter's gradient (SCAFFOLD's correction c − c_i, FedDyn's
+    linear term)."""
+
+    def penalty(model: torch.nn.Module) -> torch.Tensor:
+        terms = [
+            (param * direction[name]).sum()
+            for name, param in model.named_parameters()
+            if name in direction
+        ]
+        return torch.stack(terms).sum()
+
+    return penalty
+
+
+def counting(penalty: Penalty) -> tuple[Penalty, list[int]]:
+    """``penalty`` wrapped to count its calls (one per trained batch, so the local steps
+    taken: SCAFFOLD's K, FedNova's τ), and the one-item list holding the count."""
+    count = [0]
+
+    def counted(model: torch.nn.Module) -> torch.Tensor:
+        count[0] += 1
+        return penalty(model)
+
+    return counted, count
+
+
 def average_replies(
     replies: dict[int, Record], aggregator: Aggregator, prefix: str = "model"
 ) -> dict[str, torch.Tensor]:

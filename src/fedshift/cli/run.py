@@ -10,6 +10,7 @@ from pathlib import Path
 from fedshift.cli.errors import Command, run_again
 from fedshift.cli.flags import add_config_arguments, add_run_flags, flag_values
 from fedshift.cli.tables import print_table
+from fedshift.core import numerics
 from fedshift.core.errors import ConfigError, RunInterrupted
 
 #: ``--resume`` alone: continue from the latest checkpoint
@@ -30,6 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=(LATEST, PREVIOUS),
         help="continue the run in --out from its checkpoint; `--resume previous` rolls back "
         "to the checkpoint before the latest (a poisoned model) and continues from there",
+    )
+    parser.add_argument(
+        "--force-data",
+        action="store_true",
+        dest="force_data",
+        help="with --resume: continue even though a domain's data changed since the run "
+        "started (refused by default: the run would mix two datasets)",
     )
     add_config_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -87,11 +95,15 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume is not None,
         roll_back=args.resume == PREVIOUS,
         progress=not args.quiet,
+        force_data=args.force_data,
     )
     print(format_summary(summary))
-    used = (RunFiles(out_dir).read_config() or {}).get("run_info", {}).get("threads")
+    info = (RunFiles(out_dir).read_config() or {}).get("run_info", {})
+    used = info.get("threads")
     if isinstance(used, int):
         print(f"CPU threads: {used} (the numbers depend on the count; --set threads=N)")
+    if isinstance(info.get("numerics"), dict):
+        print(numerics.summary_line(info["numerics"]))
     line = preset_paper_line(cfg.preset, summary)
     if line:
         print(line)
@@ -144,7 +156,10 @@ def print_task(cfg) -> None:
     compiled = "compiled (torch.compile)" if info["compile"] else "eager"
     where = f"precision {info['precision']} on {info['device']}, {threads(info['threads'])}"
     print(f"# training: {where}; {layout} models; {compiled}")
-    clients = vectorize_summary(cfg.vectorize, exp.device, exp.precision.name, cfg.compile)
+    print(f"# {numerics.summary_line(info['numerics'])}")
+    clients = vectorize_summary(
+        cfg.vectorize, exp.device, exp.precision.name, cfg.compile, exp.algorithm.run.train_cfg
+    )
     print(f"# clients: {clients}")
     columns = ("id", "name", "domain", "role", "train", "val", "test")
     print_table([columns, *([client[k] for k in columns] for client in info["clients"])])

@@ -62,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="; ".join(f"{name}: {launcher.help}" for name, launcher in LAUNCHERS.items()),
     )
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the planned runs (name, what the sweep would do, the main settings) and "
+        "exit without running or writing anything; every configuration is still checked",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         raise ConfigError(f"--seeds expects integers, got {args.seeds!r}") from None
     algorithms = csv(args.algorithms)
+    if args.dry_run:
+        return print_plan(args, algorithms, seeds)
     summaries = sweep(
         algorithms,
         csv(args.targets),
@@ -103,6 +111,50 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return 0
+
+
+def planned_status(run_dir) -> str:
+    """What running the sweep would do with ``run_dir``: read it back, resume it or start it."""
+    from fedshift.core.runfiles import RunFiles
+
+    files = RunFiles(run_dir)
+    if files.summary.is_file():
+        return "finished"
+    return "resume" if files.has_checkpoint() else "start"
+
+
+def print_plan(args: argparse.Namespace, algorithms: list[str], seeds: list[int]) -> int:
+    """``--dry-run``: plan the sweep (every configuration resolved and checked) and print
+    one line per run; nothing is run or written."""
+    from fedshift.sweeps import plan
+
+    runs = plan(
+        algorithms,
+        csv(args.targets),
+        seeds,
+        args.out,
+        config_file=args.config,
+        flags=flag_values(args, sweep=True),
+        sets=args.set,
+        grid=args.grid,
+        devices=csv(args.devices) if args.devices else None,
+        jobs=args.jobs or 1,
+        random_trials=args.random,
+        random_seed=args.random_seed,
+    )
+    counts: dict[str, int] = {}
+    for run in runs:
+        status = planned_status(run.run_dir)
+        counts[status] = counts.get(status, 0) + 1
+        cfg = run.cfg
+        grid = " ".join(f"{k}={v}" for k, v in run.grid.items())
+        print(
+            f"{status:8} {run.name}  algorithm={cfg.algorithm} target={cfg.target} "
+            f"seed={cfg.seed} rounds={cfg.rounds} {grid}".rstrip()
+        )
+    done = ", ".join(f"{n} {status}" for status, n in counts.items())
+    print(f"sweep --dry-run: {len(runs)} runs planned ({done}) in {args.out}; nothing was run")
     return 0
 
 

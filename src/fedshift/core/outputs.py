@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedshift.core.bounded import open_regular
 from fedshift.core.errors import ConfigError
 from fedshift.core.state import write_atomically
 
@@ -56,8 +57,9 @@ def is_fedshift_figure(path: Path) -> bool:
     try:
         if magic is None or not path.is_file() or path.stat().st_size > MAX_FIGURE_BYTES:
             return False
-        data = path.read_bytes()
-    except OSError:
+        with open_regular(path, ConfigError, "figure") as handle:
+            data = handle.read(MAX_FIGURE_BYTES + 1)
+    except (OSError, ConfigError):
         return False
     return data.startswith(magic) and FIGURE_MARK.encode() in data
 

@@ -95,7 +95,8 @@ MODEL_SELECTIONS: tuple[str, ...] = typing.get_args(ModelSelection)
 #: supports it, fp32 otherwise
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
 PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
-#: channels_last memory format of convolutional models; auto: on with CUDA
+#: channels_last memory format of convolutional models; auto: on with CUDA, and on the CPU
+#: for models that ask for it (EfficientNet-Lite)
 ChannelsLast = Literal["auto", "on", "off"]
 #: default: each catalog entry's own protocol; full: the whole official files where that
 #: protocol samples them down (Digit-Five's KD3A/FACT cap)
@@ -104,6 +105,9 @@ CatalogSplit = Literal["default", "full"]
 #: split, or its domain's training images (train + val: all but the test images)
 ClientDataOf = Literal["share", "domain"]
 CHANNELS_LAST: tuple[str, ...] = typing.get_args(ChannelsLast)
+#: the CPU's numeric path (:mod:`fedshift.core.numerics`): pinned kernels (the same numbers
+#: on every x86-64 machine kind) or the CPU's native ones (faster on a wider CPU)
+CpuNumerics = Literal["pinned", "native"]
 #: run keys renamed since they were introduced: old name -> new name (still accepted)
 RENAMED_KEYS = {"task": "problem", "resolution": "image_size"}
 #: other names a run key answers to, silently: the papers' symbol (``lambda``) -> the key
@@ -470,6 +474,13 @@ class RunConfig:
         group="hardware",
         resume=MAY_CHANGE,
     )
+    cpu_numerics: CpuNumerics = key(
+        "pinned",
+        "the CPU's numeric path: pinned (ATen AVX2, oneDNN AVX2, MKL COMPATIBLE: one seed gives "
+        "the same numbers on every x86-64 machine kind) or native (the CPU's widest kernels: "
+        "faster there, other last bits; needed by precision=bf16 on the CPU)",
+        group="hardware",
+    )
     vectorize: Vectorize = key(
         "auto",
         "run a call's clients together (vmap) where a task allows: on, off, auto (on with CUDA)",
@@ -484,7 +495,8 @@ class RunConfig:
     )
     channels_last: ChannelsLast = key(
         "auto",
-        "channels_last memory format for convolutional models: on, off, auto (on with CUDA)",
+        "channels_last memory format for convolutional models: on, off, auto (on with CUDA, "
+        "and on the CPU for the EfficientNet-Lite backbones, faster there)",
         group="hardware",
     )
     compile: bool = key(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedshift.core.bounded import parse_json, read_json_bounded
+from fedshift.core.bounded import open_regular, parse_json, read_json_bounded, read_text_lines
 from fedshift.core.errors import CheckpointError
 from fedshift.core.runconfig import FIXED, MAY_CHANGE, MAY_GROW, RunConfig
 from fedshift.core.state import (
@@ -224,16 +224,20 @@ class RunFiles:
         return read_summary(self.summary)
 
     def metric_lines(self) -> list[str]:
-        """The non-empty lines of ``metrics.jsonl`` (OSError when it is missing)."""
-        return [line for line in self.metrics.read_text().splitlines() if line.strip()]
+        """The non-empty lines of ``metrics.jsonl`` (FileNotFoundError when it is missing;
+        a CheckpointError when it is not a regular file or is too large)."""
+        if not self.metrics.exists() and not self.metrics.is_symlink():
+            raise FileNotFoundError(2, "missing", str(self.metrics))
+        lines = read_text_lines(self.metrics, CheckpointError, "metrics file")
+        return [line for line in lines if line.strip()]
 
     def history(self) -> list[dict[str, Any]]:
         """The rows of ``metrics.jsonl`` (none when it is missing), skipping a line a crash
         cut short (the runner rewrites it on resume)."""
-        if not self.metrics.is_file():
+        if not self.metrics.exists() and not self.metrics.is_symlink():
             return []
         rows = []
-        for line in self.metrics.read_text(errors="replace").splitlines():
+        for line in read_text_lines(self.metrics, CheckpointError, "metrics file"):
             try:
                 row = parse_json(line, CheckpointError, str(self.metrics))
             except CheckpointError:
@@ -266,8 +270,8 @@ class RunFiles:
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         """One round's row, flushed to disk before the round's checkpoint."""
-        with open(self.metrics, "a") as handle:
-            handle.write(strict_json(row) + "\n")
+        with open_regular(self.metrics, CheckpointError, "metrics file", append=True) as handle:
+            handle.write((strict_json(row) + "\n").encode())
             handle.flush()
             os.fsync(handle.fileno())
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from fedshift.core.bounded import open_regular
 from fedshift.core.errors import CheckpointError, StorageError
 from fedshift.core.torchload import load_failure, load_weights_only
 
@@ -260,12 +261,14 @@ def _is_good_checkpoint(path: Path) -> bool:
 def _verified_payload(path: Path) -> bytes:
     """The payload of a checkpoint file after checking its hash (or an older unhashed file);
     a file above :data:`MAX_CHECKPOINT_BYTES` is refused before it is read."""
-    size = path.stat().st_size
-    if size > MAX_CHECKPOINT_BYTES:
-        raise CheckpointError(
-            f"checkpoint {path} is {size:,} bytes, above the {MAX_CHECKPOINT_BYTES:,}-byte bound"
-        )
-    data = path.read_bytes()
+    with open_regular(path, CheckpointError, "checkpoint") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_CHECKPOINT_BYTES:
+            raise CheckpointError(
+                f"checkpoint {path} is {size:,} bytes, "
+                f"above the {MAX_CHECKPOINT_BYTES:,}-byte bound"
+            )
+        data = handle.read()
     payload, trailer = data[:-TRAILER_SIZE], data[-TRAILER_SIZE:]
     if not (trailer.startswith(MAGIC) and trailer.endswith(b"\n")):
         if data.startswith(ZIP_START) and data[-ZIP_END_SIZE:].startswith(ZIP_END):
@@ -282,7 +285,7 @@ def _verified_payload(path: Path) -> bytes:
 
 
 def _load_one(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):  # anything else is refused when opened
         raise CheckpointError(
             f"no checkpoint at {path}; start without --resume or give the run dir"
         )

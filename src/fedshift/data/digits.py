@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedshift.core.bounded import MAX_SIDECAR_BYTES, read_json_bounded
+from fedshift.core.bounded import MAX_SIDECAR_BYTES, open_regular, read_json_bounded
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 
 NAME = "digits-dg"
@@ -445,7 +445,8 @@ def _try_load_cache(npz_path: Path, sidecar: Path) -> dict[str, np.ndarray] | No
             raise ValueError(
                 f"builder version {info.get('builder_version')!r} != {BUILDER_VERSION}"
             )
-        data = npz_path.read_bytes()
+        with open_regular(npz_path, DatasetError, "cached dataset") as handle:
+            data = handle.read()
         digest = hashlib.sha256(data).hexdigest()
         if digest != info.get("sha256"):
             raise ValueError("sha256 checksum mismatch")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedshift.core.bounded import MAX_SIDECAR_BYTES, load_npy, read_json_bounded
+from fedshift.core.bounded import MAX_SIDECAR_BYTES, load_npy, open_regular, read_json_bounded
 from fedshift.core.errors import DatasetError
 
 #: bump when the file layout or the decoder's output changes: old files are then ignored
@@ -76,11 +76,11 @@ def cache_paths(folder: Path, dataset: str, domain: str, size: int, key: str) ->
 def sampled_digest(path: Path) -> str:
     """sha256 of the file's first block (the ``.npy`` header), its last block and 256 evenly
     spaced 4 KiB blocks, plus its size."""
-    size = path.stat().st_size
-    digest = hashlib.sha256(str(size).encode())
-    last = max(0, size - _BLOCK)
-    offsets = sorted({0, last, *(last * i // (_SAMPLES - 1) for i in range(_SAMPLES))})
-    with open(path, "rb") as handle:
+    with open_regular(path, DatasetError, "image cache") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        digest = hashlib.sha256(str(size).encode())
+        last = max(0, size - _BLOCK)
+        offsets = sorted({0, last, *(last * i // (_SAMPLES - 1) for i in range(_SAMPLES))})
         for offset in offsets:
             handle.seek(offset)
             digest.update(handle.read(_BLOCK))

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.core.bounded import open_text
 from fedshift.core.split import RowGather
 from fedshift.data import image_cache
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
@@ -36,7 +37,7 @@ def list_lines(path: Path) -> Iterator[tuple[str, list[str]]]:
     file that is not UTF-8 text, a NUL byte, a line without a label or a label of more than
     :data:`MAX_LABEL_DIGITS` digits raises DatasetError naming the list and line."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_text(path, DatasetError, "split list") as handle:
             for number, line in enumerate(handle, start=1):
                 parts = line.rsplit(maxsplit=1)
                 if not parts:

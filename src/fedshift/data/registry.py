@@ -13,7 +13,7 @@ import torch
 from fedshift.core.errors import did_you_mean
 from fedshift.core.split import dense
 from fedshift.data import digits
-from fedshift.data.catalog import RUNNABLE, load_catalog
+from fedshift.data.catalog import RUNNABLE, full_split_refusal, load_catalog
 from fedshift.data.custom import custom_datasets, load_custom_dataset
 from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
 from fedshift.data.folder import load_folder_dataset
@@ -240,6 +240,8 @@ def load_dataset(
             f"split_files applies to the catalog datasets ({', '.join(CATALOG_LOADERS)}), "
             f"not to {key!r}"
         )
+    if catalog_split != "default" and key not in CATALOG_LOADERS:
+        raise DatasetError(full_split_refusal(key))
     size = None if image_size is None else int(image_size)
     options = LoadOptions(
         size, cache_dir, seed, data_root, split_files, only, catalog_split, held_out_test

@@ -37,6 +37,7 @@ from fedshift.engine.compute import (
     check_compile,
     resolve_device,
     resolve_precision,
+    set_numeric_path,
     set_run_threads,
     uses_channels_last,
 )
@@ -358,6 +359,7 @@ def prepare(
 
     ``dataset`` skips loading ``cfg.dataset`` (tests pass small in-memory datasets).
     """
+    numeric_path = set_numeric_path(cfg)  # before the run's first tensor
     device = resolve_device(cfg.device)
     check_compile(cfg, device)
     set_run_threads(cfg.threads)
@@ -376,7 +378,7 @@ def prepare(
     server_data = server_images(cfg, dataset, scenario)
     build = model_builder(cfg, dataset, device=device)
     client_builds = client_model_builders(cfg, dataset, scenario, build, device)
-    precision = resolve_precision(cfg.precision, device)
+    precision = resolve_precision(cfg.precision, device, cfg.cpu_numerics)
     train_cfg = TrainConfig.of(cfg)
     run = RunInfo(
         num_classes=dataset.num_classes,
@@ -414,6 +416,7 @@ def prepare(
         inputs["augment_backend"] = backend
     info = run_info(cfg, dataset, scenario, device, inputs)
     info["precision"] = precision.name  # config.json records what auto resolved to
+    info["numerics"] = numeric_path  # the CPU's numeric path and machine kind
     info["channels_last"] = uses_channels_last(cfg.channels_last, device, build.template)
     info["compile"] = cfg.compile
     return Experiment(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from fedshift.core import numerics
 from fedshift.core.context import MixedPrecision
 from fedshift.core.errors import ConfigError
 from fedshift.core.runconfig import RunConfig
@@ -30,13 +31,28 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def resolve_precision(name: str, device: torch.device) -> MixedPrecision:
+def resolve_precision(
+    name: str, device: torch.device, cpu_numerics: str = numerics.NATIVE
+) -> MixedPrecision:
     """The run key ``precision`` on ``device``: auto is bf16 on a CUDA device that supports
-    it, fp32 elsewhere."""
+    it, fp32 elsewhere. Half precision on the CPU runs the CPU's own bf16/fp16 kernels, so
+    the pinned numeric path refuses it (one line)."""
     if name == "auto":
         bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
         name = "bf16" if bf16 else "fp32"
+    if device.type == "cpu" and name != "fp32" and cpu_numerics == numerics.PINNED:
+        raise ConfigError(
+            f"precision={name} on the CPU runs the CPU's own {name} kernels, which the pinned "
+            "numeric path excludes: add --set cpu_numerics=native (numbers then hold on this "
+            "CPU kind only), or use precision=fp32"
+        )
     return MixedPrecision(name, device.type)
+
+
+def set_numeric_path(cfg: RunConfig) -> dict:
+    """Put this process on the run's CPU numeric path (``cpu_numerics``) before its first
+    tensor; what ``config.json`` records of it (:func:`fedshift.core.numerics.describe`)."""
+    return numerics.apply(cfg.cpu_numerics)
 
 
 def uses_channels_last(mode: str, device: torch.device, model: torch.nn.Module) -> bool:

@@ -227,3 +227,26 @@ def kept_personal_accuracy(score_clients: ScoreClients) -> dict[str, float]:
         "personalized_accuracy": mean_or_nan(scores),
         "personalized_accuracy_std": sample_std(scores),
     }
+
+
+#: how close a domain's accuracy must be to a class's share to count as that share
+CHANCE_TOLERANCE = 1e-9
+
+
+def at_chance(exp: Experiment, per_domain: dict[str, float] | None) -> bool:
+    """Whether every accuracy of ``per_domain`` is exactly one class's share of its domain's
+    test split: the model predicts one class for every image of each scored domain, a
+    chance-level result however far the training loss fell. Classification with a global
+    model only (a personal model's domain score is a mean over clients)."""
+    if not per_domain or exp.algorithm.personal or exp.cfg.problem != "classification":
+        return False
+    for domain, score in per_domain.items():
+        if not isinstance(score, float) or domain not in exp.dataset.domain_names:
+            return False
+        labels = exp.dataset.domain(domain).test.y
+        if len(labels) == 0:
+            return False
+        shares = torch.bincount(labels, minlength=exp.dataset.num_classes).double() / len(labels)
+        if not bool(((shares - score).abs() <= CHANCE_TOLERANCE).any()):
+            return False
+    return True

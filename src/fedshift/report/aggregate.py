@@ -54,6 +54,18 @@ def cell(values: list[float], scale: float = 100.0) -> str:
     return f"{scale * m:{spec}} ± {scale * s:{spec}}"
 
 
+#: the summary key that says a metric's round predicted one class for every image
+CHANCE_KEYS = {"target_accuracy": "at_chance", "target_accuracy_last": "at_chance_last"}
+#: what a table cell holding such a run carries
+CHANCE_MARK = " (chance)"
+
+
+def at_chance(summary: dict[str, Any], metric: str) -> bool:
+    """Whether ``summary``'s ``metric`` comes from a round that predicted one class for every
+    image (:func:`fedshift.engine.evaluation.at_chance`)."""
+    return summary.get(CHANCE_KEYS.get(metric, "")) is True
+
+
 def row_of(summary: dict[str, Any]) -> str:
     """The table row of a summary: the row label the report's experiment kinds gave it
     (algorithm and the hyperparameters that tell its rows apart), else its algorithm."""
@@ -83,9 +95,11 @@ def table(
     The summaries must be one experiment kind with one run per cell and seed
     (:func:`fedshift.report.experiments.kinds`); a second run of a cell and seed raises.
     The average column is the mean over targets of each seed's accuracy, then mean ± std over
-    seeds (only for seeds that have every target).
+    seeds (only for seeds that have every target). A cell with a run whose round predicted
+    one class for every image carries :data:`CHANCE_MARK`.
     """
     by: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    chance: set[tuple[str, str]] = set()  # cells with a run at chance level
     targets: list[str] = []
     for s in summaries:
         if s.get(metric) is None:  # not measured, or not finite (written as null)
@@ -94,6 +108,8 @@ def table(
         if s["seed"] in seeds:
             raise ValueError(f"two runs of {row_of(s)} -> {s['target']} with seed {s['seed']}")
         seeds[s["seed"]] = s[metric]
+        if at_chance(s, metric):
+            chance.add((row_of(s), s["target"]))
         if s["target"] not in targets:
             targets.append(s["target"])
     order = ordered_rows(by, rows)
@@ -104,7 +120,11 @@ def table(
             continue
         per_target = by[algo]
         scale = 100.0 if is_fraction(metric) else 1.0
-        line = [algo] + [cell(list(per_target.get(t, {}).values()), scale) for t in targets]
+        line = [algo] + [
+            cell(list(per_target.get(t, {}).values()), scale)
+            + (CHANCE_MARK if (algo, t) in chance else "")
+            for t in targets
+        ]
         seeds = (
             set.intersection(*(set(per_target.get(t, {})) for t in targets)) if targets else set()
         )

@@ -179,7 +179,7 @@ def report_text(
     (markdown), or the per-grid-point table (csv); any other kind the method x target
     table.
     """
-    from fedshift.report.aggregate import csv_text, markdown, table
+    from fedshift.report.aggregate import at_chance, csv_text, markdown, table
     from fedshift.report.selection import has_grid, points_table, selection_markdown
 
     found = kinds(summaries)
@@ -205,5 +205,12 @@ def report_text(
         notes += [
             f"{dropped} repeats the experiment and seed of {kept}: counted once"
             for dropped, kept in kind.duplicates
+        ]
+        notes += [
+            f"{s.get('_run_dir', s['algorithm'])}: {metric} is at "
+            "chance level (every scored domain at one class's share: one class predicted for "
+            "every image); its cell is marked (chance)"
+            for s in kind.summaries
+            if at_chance(s, metric)
         ]
     return "\n\n".join(sections), notes

@@ -71,6 +71,16 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"differential privacy (client level): epsilon {summary['dp_epsilon']:.2f} "
             f"at delta {summary['dp_delta']:g}"
         )
+    for key, which in (
+        ("at_chance", "the selected round"),
+        ("at_chance_last", "the last round"),
+    ):
+        if key in summary:
+            lines.append(
+                f"warning: at {which} every scored domain's accuracy is exactly one class's "
+                "share of its test images: the model predicts one class for every image, a "
+                "chance-level result (a falling training loss does not change that)"
+            )
     lines.append(
         f"communication: {_bytes(summary['bytes_up'])} up, {_bytes(summary['bytes_down'])} down; "
         f"{summary['wall_seconds']:.1f} s, {summary['samples_per_second']:.0f} samples/s"

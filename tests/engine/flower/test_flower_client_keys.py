@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -148,6 +149,36 @@ def test_client_keys_files_are_checked_before_the_first_round(tmp_path):
     bound.check(1, 5, None)
     with pytest.raises(ConfigError, match="client 1 is bound to node 5 by client-keys, not"):
         bound.check(1, 6, None)
+
+
+def test_a_client_cannot_be_bound_twice_by_another_spelling_of_its_id(tmp_path):
+    """#47 item 2: ``00``, ``+0``, ``" 1"``, ``0_0`` and an Arabic-Indic digit are all
+    ``int()``-able; each is refused in one line naming its line, as is a node id no
+    SuperLink can issue (0, 1, 2**64, 2**70)."""
+    _, ssh = pem_key()
+    (tmp_path / "a.pub").write_bytes(ssh)
+    (tmp_path / "b.pub").write_bytes(pem_key()[1])
+    good = '0 = "a.pub"\n1 = 5\n2 = 6\n'
+    cases = {
+        good + '00 = "b.pub"\n': "line 4: '00' is not a client id",
+        good + '"+0" = "b.pub"\n': "line 4: '+0' is not a client id",
+        good + '" 1" = 7\n': "line 4: ' 1' is not a client id",
+        good + '0_0 = "b.pub"\n': "line 4: '0_0' is not a client id",
+        '0 = "a.pub"\n1 = 5\n"\u0662" = 6\n': "line 3: '\u0662' is not a client id",
+        '0 = "a.pub"\n# a comment\n1 = 1180591620717411303424\n2 = 6\n': (
+            "line 3: client 1 = 1180591620717411303424; a node id is from 2 to 2**64 - 1"
+        ),
+        '0 = "a.pub"\n1 = 18446744073709551616\n2 = 6\n': "line 2: client 1 = 1844",
+        '0 = "a.pub"\n1 = 0\n2 = 6\n': "line 2: client 1 = 0; a node id is from 2",
+        '0 = "a.pub"\n1 = -5\n2 = 6\n': "line 2: client 1 = -5; a node id is from 2",
+    }
+    for text, expected in cases.items():
+        (tmp_path / "ck.toml").write_text(text, encoding="utf-8")
+        with pytest.raises(ConfigError, match="^client-keys file .*" + re.escape(expected)):
+            load_client_keys(tmp_path / "ck.toml", [0, 1, 2])
+    (tmp_path / "ck.toml").write_text('0 = "a.pub"\n1 = 18446744073709551615\n2 = 2\n')
+    bound = load_client_keys(tmp_path / "ck.toml", [0, 1, 2])
+    assert bound.node_ids == {1: 2**64 - 1, 2: 2}
 
 
 @pytest.mark.flower

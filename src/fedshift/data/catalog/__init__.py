@@ -81,6 +81,15 @@ def _entry(name: str) -> CatalogDataset:
     return CATALOG[name]
 
 
+def full_split_refusal(name: str) -> str:
+    """Why ``catalog_split=full`` does not apply to dataset ``name``, in one line."""
+    honoured = ", ".join(n for n, entry in CATALOG.items() if entry.samples_down)
+    return (
+        f"catalog_split=full applies to the catalog entries whose protocol samples the "
+        f"official files down ({honoured}), not to {name!r}; leave catalog_split=default"
+    )
+
+
 def split_name(text: str) -> tuple[str, list[str] | None]:
     """``NAME:dom1,dom2`` -> (``NAME``, [dom1, dom2]); a name without ``:`` -> (it, None).
     Blank entries are dropped (``NAME:`` lists none, which checking refuses)."""
@@ -123,6 +132,9 @@ def load_catalog(
     also train and are scored (per-domain, personalized), so an entry whose test split is
     the whole domain holds out a test part instead (FPL's rule, 20 %; see
     :func:`~fedshift.data.catalog.base.split_off_test`)."""
+    entry = _entry(name)
+    if catalog_split != "default" and not entry.samples_down:
+        raise DatasetError(full_split_refusal(name))
     options = LoadOptions(
         image_size=image_size,
         seed=int(seed),
@@ -132,4 +144,4 @@ def load_catalog(
         catalog_split=catalog_split,
         held_out_test=held_out_test,
     )
-    return _entry(name).load(root, options)
+    return entry.load(root, options)

@@ -88,6 +88,9 @@ class CatalogDataset(ABC):
     #: its test split is the whole domain (no official test part): a held-out target is scored
     #: on every image; under ``held_out_test`` a test part is held out (:func:`split_off_test`)
     whole_domain_test: bool = False
+    #: its protocol samples the official files down, and ``catalog_split=full`` reads them
+    #: whole; elsewhere ``full`` would change nothing, so it is refused
+    samples_down: bool = False
 
     def check(
         self, root: str | os.PathLike, domains: Sequence[str] | None = None

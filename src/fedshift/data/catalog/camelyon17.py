@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedshift.core.bounded import open_text
 from fedshift.data.catalog.base import (
     ImageListDataset,
     Splits,
@@ -74,7 +75,7 @@ def _read_metadata(root: Path, layout: str, domains: Sequence[str] = HOSPITALS) 
         raise DatasetError(f"missing {path} (expected {layout})")
     rows = []
     listings: dict[Path, frozenset[str]] = {}
-    with open(path, encoding="utf-8", newline="") as handle:
+    with open_text(path, DatasetError, "metadata file", newline="") as handle:
         reader = csv.reader(handle)
         header = [h.strip() for h in next(reader, [])]
         missing = [c for c in COLUMNS if c not in header]

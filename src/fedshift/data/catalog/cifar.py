@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.core.bounded import open_text
 from fedshift.core.split import Split
 from fedshift.data.catalog.base import (
     CatalogDataset,
@@ -110,7 +111,8 @@ def class_names(folder: Path, layout: BinaryLayout, official: Sequence[str]) -> 
         return list(official)
     path = folder / layout.names_file
     if path.is_file():
-        names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        with open_text(path, DatasetError, "class names file") as handle:
+            names = [line.strip() for line in handle.read().splitlines()]
         names = [n for n in names if n]
         if len(names) == layout.num_classes:
             return names

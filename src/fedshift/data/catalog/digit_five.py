@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.core.bounded import open_text
 from fedshift.data.catalog.base import (
     CatalogDataset,
     Counts,
@@ -186,7 +187,7 @@ def _mnistm_list(folder: Path, split: str) -> list[tuple[str, int]]:
         if not path.exists():
             raise DatasetError(f"missing MNIST-M {what} {path} (expected {LAYOUTS['mnistm']})")
     entries = []
-    with open(listing, encoding="utf-8", errors="replace") as handle:
+    with open_text(listing, DatasetError, "label list", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
             parts = line.split()
             if not parts:
@@ -545,6 +546,7 @@ class DigitFiveDataset(CatalogDataset):
     """Digit-Five from the public copies' files (or M3SDA's bundle), KD3A / FACT's protocol."""
 
     own_split: str = "it has official files"
+    samples_down: bool = True
 
     def count(self, root: Path, domains: tuple[str, ...]) -> tuple[Counts, list[str]]:
         """Per-domain train / test counts of the full files of ``domains``, and one line

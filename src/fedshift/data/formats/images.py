@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedshift.core.bounded import open_regular
 from fedshift.core.errors import DatasetError
 
 #: the suffixes (lower case) of the files every folder reader takes as images
@@ -41,7 +42,7 @@ def read_image(path: Path, size: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
+        with open_regular(path, DatasetError, "image file") as handle, Image.open(handle) as im:
             im.draft("RGB", (size, size))  # fast JPEG downscale-on-decode; no-op otherwise
             rgb = im.convert("RGB")
             if rgb.size != (size, size):
@@ -57,9 +58,9 @@ def _header_failure(path: Path) -> str:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
+        with open_regular(path, DatasetError, "image file") as handle, Image.open(handle) as im:
             im.verify()
-    except (*_DECODE_ERRORS, UnidentifiedImageError) as exc:
+    except (*_DECODE_ERRORS, UnidentifiedImageError, DatasetError) as exc:
         return str(exc)
     return ""
 

@@ -10,12 +10,14 @@ but malformed file becomes the same kind of line.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from fedshift.core.bounded import open_regular
 from fedshift.core.errors import DatasetError
 
 #: the size of a MATLAB v5 file header (text, subsystem offset, version, endian indicator)
@@ -39,11 +41,11 @@ def check_mat_file(path: Path, expected: str = "") -> None:
     """Raise a one-line DatasetError unless ``path`` is a whole MATLAB v5 file: present (else
     the error names ``expected``, the layout it belongs to), a v5 header, and every top-level
     variable ending inside the file."""
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):  # anything else is refused when opened
         where = f" (expected {expected})" if expected else ""
         raise DatasetError(f"missing file {path}{where}")
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
+    with open_regular(path, DatasetError, ".mat file") as handle:
+        size = os.fstat(handle.fileno()).st_size
         header = handle.read(HEADER_BYTES)
         if len(header) < HEADER_BYTES:
             if header.startswith(b"MATLAB"):

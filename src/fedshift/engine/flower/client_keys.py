@@ -21,16 +21,22 @@ compared as parsed public keys, so an OpenSSH ``.pub`` file and the PEM Flower k
 from __future__ import annotations
 
 import hashlib
+import re
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedshift.core.bounded import read_bytes_bounded, read_toml_bounded
+from fedshift.core.bounded import MAX_TOML_BYTES, parse_toml, read_bytes_bounded
 from fedshift.core.errors import ConfigError
 
 #: the largest public key file read (an OpenSSH or PEM public key is well under 1 KiB)
 MAX_KEY_BYTES = 16 << 10
+#: a client id as written in the file: decimal digits, no sign, space, ``_`` or leading zero
+CANONICAL_ID = re.compile(r"0|[1-9][0-9]{0,17}")
+#: the node ids a Flower 1.41 SuperLink issues: 8 random bytes, never 0 or its own id (1)
+NODE_IDS = range(2, 1 << 64)
 
 
 def public_key_der(data: bytes, where: str) -> bytes:
@@ -90,13 +96,31 @@ class ClientKeys:
             )
 
 
-def _client_id(text: str, path: Path, client_ids: Iterable[int]) -> int:
-    try:
-        cid = int(text)
-    except ValueError:
-        raise ConfigError(f"client-keys file {path}: {text!r} is not a client id") from None
+def key_lines(raw: bytes) -> dict[str, int]:
+    """The line number of each top-level key of a TOML file written one ``key = value``
+    per line (the form of a client-keys file); a key on no such line is left out."""
+    lines: dict[str, int] = {}
+    for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), start=1):
+        try:
+            found = tomllib.loads(line)
+        except (tomllib.TOMLDecodeError, ValueError):
+            continue
+        for key in found:
+            lines.setdefault(key, number)
+    return lines
+
+
+def _client_id(text: str, where: str, client_ids: Iterable[int]) -> int:
+    """The client id ``text`` names, when written as its canonical decimal string (so
+    ``00``, ``+0``, `` 1``, ``0_0`` or ``٢`` cannot bind client 0, 1 or 2 a second time)."""
+    if CANONICAL_ID.fullmatch(text) is None:
+        raise ConfigError(
+            f"{where}: {text!r} is not a client id; write it in plain decimal digits "
+            '(no sign, space, underscore or leading zero), e.g. 0 = "keys/node-0.pub"'
+        )
+    cid = int(text)
     if cid not in client_ids:
-        raise ConfigError(f"client-keys file {path}: {cid} is not a client of this task")
+        raise ConfigError(f"{where}: {cid} is not a client of this task")
     return cid
 
 
@@ -105,21 +129,30 @@ def load_client_keys(path: str | Path, client_ids: list[int]) -> ClientKeys:
     bound, each to a key file or a node id, and no key or node to two clients; anything
     else is a ConfigError naming the file (the run stops before its first round)."""
     path = Path(path)
-    table: dict[str, Any] = read_toml_bounded(path, ConfigError, "client-keys file")
+    raw = read_bytes_bounded(path, MAX_TOML_BYTES, ConfigError, "client-keys file")
+    table: dict[str, Any] = parse_toml(raw, ConfigError, f"client-keys file {path}")
+    lines = key_lines(raw)
     keys: dict[int, bytes] = {}
     node_ids: dict[int, int] = {}
     for text, value in table.items():
-        cid = _client_id(text, path, client_ids)
+        where = f"client-keys file {path}"
+        if text in lines:
+            where += f" line {lines[text]}"
+        cid = _client_id(text, where, client_ids)
         if isinstance(value, int) and not isinstance(value, bool):
+            if value not in NODE_IDS:
+                raise ConfigError(
+                    f"{where}: client {cid} = {value}; a node id is from {NODE_IDS.start} to "
+                    "2**64 - 1 (the ids a SuperLink issues, see `flwr supernode list`)"
+                )
             node_ids[cid] = value
         elif isinstance(value, str) and value:
             key_file = path.parent / value
-            raw = read_bytes_bounded(key_file, MAX_KEY_BYTES, ConfigError, "public key file")
-            keys[cid] = public_key_der(raw, f"client-keys file {path}: {key_file}")
+            key = read_bytes_bounded(key_file, MAX_KEY_BYTES, ConfigError, "public key file")
+            keys[cid] = public_key_der(key, f"{where}: {key_file}")
         else:
             raise ConfigError(
-                f"client-keys file {path}: client {cid} = {value!r}; give a public key file "
-                "or a node id"
+                f"{where}: client {cid} = {value!r}; give a public key file or a node id"
             )
     missing = [c for c in client_ids if c not in keys and c not in node_ids]
     if missing:

@@ -48,6 +48,7 @@ def run_on_grid(grid: Grid, run_config: dict) -> tuple[dict, str]:
         cfg,
         opts.out_dir or None,
         resume=opts.resume,
+        force_data=opts.force_data,
         progress=False,
         dataset=load_run_dataset(cfg, opts),
         federation=federation,

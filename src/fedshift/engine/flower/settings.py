@@ -25,6 +25,7 @@ from fedshift.data.domains import Domain, DomainDataset
 DEPLOY_DEFAULTS: dict[str, Any] = {
     "out-dir": "",  # run directory on the ServerApp's machine; "" -> runs/<name>
     "resume": False,  # continue the run in out-dir from its checkpoint
+    "force-data": False,  # with resume: continue although a domain's data changed
     "round-timeout": 600.0,  # seconds to wait for the replies of one call
     "connect-timeout": 300.0,  # seconds to wait for every client's SuperNode at the start
     "cache-dir": "",  # dataset cache; "" -> $FEDSHIFT_CACHE or ~/.cache/fedshift
@@ -40,6 +41,7 @@ class DeployOptions:
 
     out_dir: str = ""
     resume: bool = False
+    force_data: bool = False
     round_timeout: float = 600.0
     connect_timeout: float = 300.0
     cache_dir: str = ""
@@ -69,6 +71,7 @@ def parse_run_config(user_config: Mapping[str, Any]) -> tuple[RunConfig, DeployO
     return cfg, DeployOptions(
         out_dir=str(opts["out-dir"]),
         resume=bool(opts["resume"]),
+        force_data=bool(opts["force-data"]),
         round_timeout=float(opts["round-timeout"]),
         connect_timeout=float(opts["connect-timeout"]),
         cache_dir=str(opts["cache-dir"]),

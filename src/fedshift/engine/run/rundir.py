@@ -27,6 +27,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from fedshift.core.bounded import open_regular
 from fedshift.core.errors import CheckpointError, ConfigError
 from fedshift.core.outputs import is_fedshift_figure
 from fedshift.core.runfiles import (
@@ -68,7 +69,7 @@ def claim_run_dir(run_dir: Path) -> Iterator[None]:
     created = not key.exists()
     try:
         key.mkdir(parents=True, exist_ok=True)
-        handle = open(key / LOCK_NAME, "a")
+        handle = open_regular(key / LOCK_NAME, ConfigError, "lock file", append=True)
     except OSError as exc:
         raise ConfigError(
             f"cannot use {run_dir} as a run directory: {exc.strerror or exc}"

@@ -24,8 +24,9 @@ from fedshift.core.state import (
 )
 from fedshift.data.domains import DomainDataset
 from fedshift.engine.assembly import Experiment, prepare
-from fedshift.engine.evaluation import evaluate, personal_eval_every
+from fedshift.engine.evaluation import at_chance, evaluate, personal_eval_every
 from fedshift.engine.federation import BaseFederation
+from fedshift.engine.run.datadigest import changed_domains, check_resume_data, data_digests
 from fedshift.engine.run.rundir import check_run_dir, claim_run_dir, settle_run_dir
 from fedshift.engine.run.selection import (
     LAST,
@@ -138,6 +139,26 @@ class Runner:
             self.checkpoint_path,
         )
 
+    def _check_data(self, digests: dict[str, str], force_data: bool) -> None:
+        """Refuse to resume on other data than the run started on (sizes, then digests);
+        with ``force_data`` a change is one warning and ``config.json`` records the new data,
+        so the next resume compares against it."""
+        files = RunFiles(self.out)
+        saved = files.read_config() or {}
+        info = saved.get("run_info") if isinstance(saved.get("run_info"), dict) else {}
+        if not force_data:
+            check_resume_data(info.get("data_digests"), digests)
+            check_resume_clients(info.get("clients"), self.exp.info["clients"])
+            return
+        changed = changed_domains(info.get("data_digests"), digests)
+        if changed or info.get("clients") != self.exp.info["clients"]:
+            log.warning(
+                "--force-data: resuming on changed data (domains %s); config.json now records it",
+                ", ".join(changed) or "with other split sizes",
+            )
+            new_info = {**info, "clients": self.exp.info["clients"], "data_digests": digests}
+            files.write_config({**saved, "run_info": new_info})
+
     def _restore(self) -> tuple[int, ServerState, list[dict], float]:
         data = load_checkpoint(self.checkpoint_path)
         check_resume_config(data["config"], self.exp.cfg)
@@ -154,18 +175,22 @@ class Runner:
             counters["wall_seconds"],
         )
 
-    def run(self, *, resume: bool = False, stop_after: int | None = None) -> dict[str, Any]:
-        """Run (or continue) all rounds; ``stop_after`` ends early (to test resuming)."""
+    def run(
+        self, *, resume: bool = False, stop_after: int | None = None, force_data: bool = False
+    ) -> dict[str, Any]:
+        """Run (or continue) all rounds; ``stop_after`` ends early (to test resuming);
+        ``force_data`` resumes even when the clients' data changed since the run started."""
         cfg, algo, fed = self.exp.cfg, self.exp.algorithm, self.fed
         self.out.mkdir(parents=True, exist_ok=True)
         self._states_saved = False
+        digests = data_digests(self.exp.dataset)
         if resume:
             start, state, history, wall = self._restore()
-            saved = RunFiles(self.out).read_config() or {}
-            check_resume_clients(saved.get("run_info", {}).get("clients"), self.exp.info["clients"])
+            self._check_data(digests, force_data)
             self._record_rounds(cfg.rounds)
         else:
-            RunFiles(self.out).write_config({**cfg.to_dict(), "run_info": self.exp.info})
+            info = {**self.exp.info, "data_digests": digests}
+            RunFiles(self.out).write_config({**cfg.to_dict(), "run_info": info})
             start, history, wall = 0, [], 0.0
             fed.begin_round(0)
             state = algo.init_state()
@@ -362,6 +387,9 @@ class Runner:
             "samples_per_second": round(self.fed.samples / wall, 1) if wall > 0 else 0.0,
             "device": str(self.exp.device),
         }
+        for key, row in (("at_chance", chosen), ("at_chance_last", last)):
+            if at_chance(self.exp, row.get("per_domain_accuracy")):
+                summary[key] = True  # one class predicted for every image: say so
         if self.exp.algorithm.run.privacy is not None:
             summary["dp_epsilon"] = history[-1]["dp_epsilon"]
             summary["dp_delta"] = cfg.dp_delta
@@ -406,6 +434,7 @@ def run_experiment(
     cache_dir: str | None = None,
     dataset: DomainDataset | None = None,
     federation: Callable[[Experiment], BaseFederation] | None = None,
+    force_data: bool = False,
 ) -> tuple[dict[str, Any], Path]:
     """Build and run; returns the summary (empty if stopped early) and the run directory.
 
@@ -414,6 +443,9 @@ def run_experiment(
 
     ``federation`` builds the engine's federation from the experiment (the Flower
     ServerApp passes one); default: the in-process simulation engine.
+
+    ``force_data`` (with ``resume``) continues even when the clients' data changed since
+    the run started (see :mod:`fedshift.engine.run.datadigest`).
     """
     if resume and out is None:
         raise ConfigError("--resume needs --out RUN_DIR (the run to continue)")
@@ -423,6 +455,8 @@ def run_experiment(
         out_dir = Path(out)
     if roll_back and not resume:
         raise ConfigError("rolling back to the previous checkpoint needs resume")
+    if force_data and not resume:
+        raise ConfigError("--force-data is for --resume (a new run records the data it uses)")
     check_run_dir(out_dir, resume=resume)
     if roll_back:
         RunFiles(out_dir).check_roll_back()
@@ -434,7 +468,8 @@ def run_experiment(
         fed = federation(exp) if federation is not None else None
         runner = Runner(exp, out_dir, progress=progress, fed=fed)
         try:
-            return runner.run(resume=resume, stop_after=stop_after), out_dir
+            summary = runner.run(resume=resume, stop_after=stop_after, force_data=force_data)
+            return summary, out_dir
         except KeyboardInterrupt:
             raise RunInterrupted(out_dir, RunFiles(out_dir).has_checkpoint()) from None
         finally:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 from fedshift.core.algorithm import Algorithm
-from fedshift.core.context import ClientContext
+from fedshift.core.context import ClientContext, TrainConfig
 from fedshift.core.record import Record
 from fedshift.engine.assembly import Experiment
 from fedshift.engine.evaluation import ClientScores, client_scores
@@ -22,6 +22,7 @@ from fedshift.engine.simulation.vectorized import (
     run_vectorized,
     vectorize_blocker,
     vectorize_enabled,
+    vectorize_wanted,
 )
 
 log = logging.getLogger(__name__)
@@ -63,11 +64,13 @@ class SimulationFederation(BaseFederation):
         def score(ctx: ClientContext, with_domains: bool) -> ClientScores | None:
             return client_scores(exp, ctx, with_domains)
 
-        settings = (exp.precision.name, exp.cfg.compile)
+        settings = (exp.precision.name, exp.cfg.compile, TrainConfig.of(exp.cfg))
         vectorize = vectorize_enabled(exp.cfg.vectorize, exp.device, *settings)
         blocker = vectorize_blocker(*settings)
-        if exp.cfg.vectorize == "on" and blocker:
-            log.warning("vectorize=on: clients run sequentially; %s", blocker)
+        if vectorize_wanted(exp.cfg.vectorize, exp.device) and blocker:
+            # on: the user asked for it; auto: a CUDA run that would have been vectorized
+            level = logging.WARNING if exp.cfg.vectorize == "on" else logging.INFO
+            log.log(level, "vectorize=%s: clients run sequentially; %s", exp.cfg.vectorize, blocker)
         return cls(
             exp.algorithm,
             exp.contexts,

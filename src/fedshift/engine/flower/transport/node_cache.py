@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedshift.core.bounded import MAX_SIDECAR_BYTES, load_npy, read_json_bounded
+from fedshift.core.bounded import MAX_SIDECAR_BYTES, load_npy, open_regular, read_json_bounded
 from fedshift.core.runconfig import RunConfig
 from fedshift.core.split import Images, RowGather, Split
 from fedshift.data.domains import Domain, DomainDataset
@@ -67,7 +67,7 @@ def cache_key(cfg: RunConfig, max_samples: int) -> str:
 
 
 def _sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
+    with open_regular(path, CacheInvalid, "node cache file") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
