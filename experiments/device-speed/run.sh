@@ -4,4 +4,4 @@
 set -euo pipefail
 out="${1:-runs/device-speed}"
 mkdir -p "$out"
-python "$(dirname "$0")/../../benchmarks/device_speed.py" | tee "$out/device_speed.txt"
+python "$(dirname "$0")/../../benchmarks/speed/device_speed.py" | tee "$out/device_speed.txt"

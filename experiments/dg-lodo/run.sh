@@ -5,7 +5,7 @@
 # Usage: [DEVICE=cuda] run.sh [OUT]
 set -euo pipefail
 out="${1:-runs/dg-lodo}"
-tables="$(dirname "$0")/../../benchmarks/method_tables.sh"
+tables="$(dirname "$0")/../../benchmarks/results/method_tables.sh"
 rows=fedavg,ccst,feddg-elcfs,fedga,fedadg,ditto,fedsr,local
 DEVICE="${DEVICE:-auto}" TARGETS=mnist,mnistm,optdigits,syn bash "$tables" "$out/gpu" lodo
 DEVICE=cpu TARGETS=mnistm,optdigits bash "$tables" "$out/cpu" lodo

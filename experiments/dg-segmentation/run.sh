@@ -4,7 +4,7 @@
 set -euo pipefail
 root="${1:-runs/tables}"
 SEG_ROUNDS=10 TARGETS=mnist,mnistm,optdigits,syn \
-  bash "$(dirname "$0")/../../benchmarks/method_tables.sh" "$root" segmentation
+  bash "$(dirname "$0")/../../benchmarks/results/method_tables.sh" "$root" segmentation
 fedshift report "$root/segmentation" --metric target_dice
 fedshift sweep -a feddg-elcfs,fedavg -t mnistm --seeds 0 --rounds 30 --set problem=segmentation \
   --set model=unet --set threads=1 --out "$root/segmentation-30" --quiet

@@ -5,7 +5,7 @@
 set -euo pipefail
 data="${FEDSHIFT_REAL_DATA:?set FEDSHIFT_REAL_DATA to the folder holding PACS/}"
 out="${1:-runs/pacs-lite0}"
-table="$(dirname "$0")/../../benchmarks/pacs_pretrained_table.sh"
+table="$(dirname "$0")/../../benchmarks/results/pacs_pretrained_table.sh"
 bash "$table" "$data/PACS" "$out/table"
 for seed in 1 2; do
   SEEDS=$seed METHODS=fedavg,fedga TARGETS=sketch bash "$table" "$data/PACS" "$out/seeds"

@@ -3,4 +3,4 @@
 # source only, FADA, FACT-NF, FACT; 3 seeds x 4 targets, 30 rounds, and the FACT-NF ablation
 # without its target step. Usage: run.sh [OUT]
 set -euo pipefail
-bash "$(dirname "$0")/../../benchmarks/uda_table.sh" "${1:-runs/uda}" 30
+bash "$(dirname "$0")/../../benchmarks/results/uda_table.sh" "${1:-runs/uda}" 30

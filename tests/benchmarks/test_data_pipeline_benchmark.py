@@ -1,11 +1,11 @@
-"""benchmarks/data_pipeline.py --smoke runs and prints its four tables (CI smoke)."""
+"""benchmarks/speed/data_pipeline.py --smoke runs and prints its four tables (CI smoke)."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "data_pipeline.py"
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "speed" / "data_pipeline.py"
 
 
 def _rows(lines: list[str], first: str) -> list[list[str]]:

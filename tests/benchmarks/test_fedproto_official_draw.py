@@ -1,4 +1,5 @@
-"""benchmarks/fedproto_official_draw.py: the official FedProto MNIST draw of ways and shots."""
+"""benchmarks/fidelity/fedproto_official_draw.py: the official FedProto MNIST draw of ways
+and shots."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fedproto_official_draw.py"
+SCRIPT = (
+    Path(__file__).resolve().parents[2] / "benchmarks" / "fidelity" / "fedproto_official_draw.py"
+)
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""benchmarks/fedproto_official_eval.py: the official FedProto running-ratio formula."""
+"""benchmarks/fidelity/fedproto_official_eval.py: the official FedProto running-ratio formula."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "fidelity"
 
 
 def test_running_ratios_pool_both_passes_and_never_reset(monkeypatch):

@@ -1,4 +1,4 @@
-"""benchmarks/fedproto_official_partition.py: the official FedProto MNIST clients."""
+"""benchmarks/fidelity/fedproto_official_partition.py: the official FedProto MNIST clients."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "fidelity"
 SCRIPT = BENCHMARKS / "fedproto_official_partition.py"
 TRAIN_PER_CLASS, TEST_PER_CLASS = 2300, 800
 

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_stage_pacs.py: a dataset copy split into parts that each fit one device call."""
+"""benchmarks/gpu/gpu_stage_pacs.py: a dataset copy split into parts that each fit one device
+call."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"
 
 
 @pytest.fixture

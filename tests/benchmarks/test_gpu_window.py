@@ -10,7 +10,7 @@ from pathlib import Path
 
 from test_catalog_loaders import _pacs_tree
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_window.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "gpu_window.sh"
 STEPS = ("gpu-tests", "throughput", "vmap", "resnet", "input", "pacs", "uda")
 
 

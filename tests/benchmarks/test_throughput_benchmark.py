@@ -1,11 +1,11 @@
-"""benchmarks/throughput.py --quick runs and prints its two tables (CI smoke)."""
+"""benchmarks/speed/throughput.py --quick runs and prints its two tables (CI smoke)."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "speed"
 
 
 def _cells(lines: list[str], clients: str) -> list[list[str]]:

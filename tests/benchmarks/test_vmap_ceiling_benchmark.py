@@ -1,4 +1,4 @@
-"""benchmarks/vmap_ceiling.py --quick runs and prints its tables (CI smoke), and its bare
+"""benchmarks/speed/vmap_ceiling.py --quick runs and prints its tables (CI smoke), and its bare
 vmap round is the SGD it claims: stacked weights trained in place equal torch.optim.SGD."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks" / "speed"
 
 
 def _rows(lines: list[str]) -> list[list[str]]:

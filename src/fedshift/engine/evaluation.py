@@ -24,7 +24,7 @@ ScoreClients = Callable[[bool], dict[int, ClientScores]]
 DOMAIN_SCORE = "domain."
 
 
-#: ``eval_batch_size=0`` (auto), from ``benchmarks/eval_batch.py``: on the CPU, images of at
+#: ``eval_batch_size=0`` (auto), from ``benchmarks/speed/eval_batch.py``: on the CPU, images of at
 #: least :data:`CPU_LARGE_IMAGE_PX` px are scored :data:`CPU_BATCH_LARGE_IMAGES` at a time (a
 #: batch of 1000 at 224 px allocates gigabytes per layer), smaller ones
 #: :data:`CPU_BATCH_SMALL_IMAGES` at a time; on a GPU :data:`GPU_BATCH`.

