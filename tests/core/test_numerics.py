@@ -157,3 +157,19 @@ def test_a_run_from_before_the_key_resumes_on_the_native_path(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(saved))
     with pytest.raises(ConfigError, match="cpu_numerics"):
         resolve_resume(tmp_path, None, {}, ["cpu_numerics=native"])
+
+
+@needs_avx2
+def test_native_promises_nothing_and_records_the_path_in_force():
+    """A native run in a process whose torch already computes on another path goes on there
+    and records that path: native pins nothing, so there is nothing to refuse."""
+    done = python(
+        "import torch, json\n"
+        "torch.ones(2) + 1\n"
+        "from fedshift.core import numerics\n"
+        "print(json.dumps(numerics.apply('native')))\n",
+        ATEN_CPU_CAPABILITY="default",
+    )
+    assert done.returncode == 0, done.stderr
+    info = __import__("json").loads(done.stdout)
+    assert (info["cpu_numerics"], info["aten_cpu_capability"]) == ("native", "DEFAULT")

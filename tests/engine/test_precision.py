@@ -29,7 +29,9 @@ ACCURACY_TOLERANCE = 0.15
 
 
 def config(algorithm: str, tmp_path, dataset, **overrides):
-    settings = {"rounds": 2, "batch_size": 32, "device": "cpu", **overrides}
+    # half precision on the CPU runs the CPU's own kernels: the native numeric path
+    base = {"rounds": 2, "batch_size": 32, "device": "cpu", "cpu_numerics": "native"}
+    settings = {**base, **overrides}
     settings.update(FAST_SETTINGS.get(algorithm, {}))
     cls = REGISTRY[algorithm]
     if cls.needs_pretrained_backbone:
@@ -152,7 +154,8 @@ def test_channels_last_on_converts_conv_weights_and_auto_is_off_on_the_cpu(tiny_
 
 
 def test_dry_run_names_the_precision(capsys):
-    assert main(["run", "--dry-run", "--set", "precision=bf16", "--device", "cpu"]) == 0
+    argv = ["run", "--dry-run", "--set", "precision=bf16", "--set", "cpu_numerics=native"]
+    assert main([*argv, "--device", "cpu"]) == 0
     assert (
         "# training: precision bf16 on cpu, 1 CPU thread; contiguous models"
         in capsys.readouterr().out

@@ -48,7 +48,7 @@ def test_reduced_precision_or_compile_turns_vectorize_off():
 
 def test_bf16_with_vectorize_on_trains_sequentially_in_bf16(tiny_digits, caplog):
     options = {"algorithm": "fedavg", "target": "mnistm", "rounds": 1, "clients_per_domain": 2}
-    sets = ["device=cpu", "threads=1", "precision=bf16", "vectorize=on"]
+    sets = ["device=cpu", "threads=1", "precision=bf16", "vectorize=on", "cpu_numerics=native"]
     exp = prepare(resolve(None, options, sets), dataset=tiny_digits)
     with caplog.at_level(logging.WARNING):
         fed = SimulationFederation.for_experiment(exp)
@@ -75,7 +75,7 @@ def test_bf16_with_vectorize_on_trains_sequentially_in_bf16(tiny_digits, caplog)
 
 def test_dry_run_says_why_clients_run_sequentially(capsys):
     args = ["run", "--dry-run", "--device", "cpu", "--set", "threads=1", "--set", "vectorize=on"]
-    assert main([*args, "--set", "precision=bf16"]) == 0
+    assert main([*args, "--set", "precision=bf16", "--set", "cpu_numerics=native"]) == 0
     out = capsys.readouterr().out
     assert "# clients: sequential (vectorize=on, but precision bf16: vmap does not" in out
     assert main(args) == 0

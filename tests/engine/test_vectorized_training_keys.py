@@ -125,7 +125,8 @@ def test_each_training_key_is_honoured_or_falls_back(tiny_digits, caplog, key):
     assert sequential.keys() == together.keys() and len(sequential) >= 4
     if reason is None:
         assert "run sequentially" not in caplog.text
-        bound = max(TOLERANCE, kernel_change(tiny_digits, settings, sequential))
+        # the same order as a kernel change's drift, within 2x (see test_vectorized.py)
+        bound = max(TOLERANCE, 2.0 * kernel_change(tiny_digits, settings, sequential))
         worst = max(max_difference(sequential[c].arrays, together[c].arrays) for c in sequential)
         assert 0 < worst <= bound, (key, worst, bound)  # 0: the clients ran one by one
     else:  # fell back: the very same sequential computation, and one line says why

@@ -23,8 +23,9 @@ a wider CPU; ``precision=bf16`` on the CPU needs it: bf16 kernels are the CPU's 
 ``import fedshift`` (and so the command line) sets the pinned variables before torch
 computes anything, unless ``FEDSHIFT_CPU_NUMERICS=native``; a run applies its own
 ``cpu_numerics`` key before its first tensor. A process whose torch computed on the CPU
-before that has its path already: the run then checks ATen's capability and stops with one
-line when it is not the one asked for. MKL's and oneDNN's choice cannot be read back, so a
+before that has its path already: a pinned run then checks ATen's capability and stops with
+one line when it is not the pinned one (a native run goes on, on the path the process has,
+and records it). MKL's and oneDNN's choice cannot be read back, so a
 program should import fedshift before it computes with torch (importing torch first is
 fine). Threads (the ``threads`` key) are the fourth part of the path and recorded apart.
 
@@ -114,12 +115,17 @@ def expected_capability(mode: str) -> str | None:
 def apply(mode: str) -> dict[str, Any]:
     """Put this process on ``mode``'s path before a run's first tensor, check it took and
     return what ``config.json`` records (:func:`describe`). Raises NumericPathError when
-    torch already computed on another path in this process."""
+    pinned is asked of a process whose torch already computes on another path; native
+    promises nothing, so it runs on whatever path the process has (recorded)."""
     set_environment(mode)
     import torch
 
     capability = torch.backends.cpu.get_cpu_capability()
     expected = expected_capability(mode)
+    if mode == NATIVE:
+        # native pins nothing: a process already on the pinned path runs there (slower on
+        # a wide CPU, the same numbers as pinned) and the record says which path was in force
+        return describe(mode)
     if expected is not None and capability != expected:
         other = NATIVE if mode == PINNED else PINNED
         raise NumericPathError(
