@@ -26,6 +26,7 @@ from fedshift.core.runconfig import RunConfig
 from fedshift.core.split import dense, to_input
 from fedshift.data import DomainDataset, load_dataset
 from fedshift.engine.assembly import Experiment, prepare
+from fedshift.engine.simulation.dispatch import SimulationFederation
 
 SOURCES = ("mnist", "syn")
 TARGET = "mnistm"
@@ -146,3 +147,21 @@ def timed(work: Callable[[], T], device: torch.device) -> tuple[float, T]:
     result = work()
     sync(device)
     return time.perf_counter() - start, result
+
+
+class FedshiftRound:
+    """One FedAvg round through fedshift's simulation engine; returns the samples trained."""
+
+    def __init__(self, exp: Experiment, vectorize: bool):
+        self.fed = SimulationFederation.for_experiment(exp)
+        self.fed.vectorize = vectorize
+        self.algorithm = exp.algorithm
+        self.state = exp.algorithm.init_state()
+        self.round = 0
+
+    def __call__(self) -> int:
+        self.round += 1
+        self.fed.begin_round(self.round)
+        before = self.fed.samples
+        self.state, _ = self.algorithm.round(self.state, self.fed)
+        return self.fed.samples - before

@@ -38,13 +38,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from fedavg_bench import BareData, Setting, digits, experiment, timed
+from fedavg_bench import BareData, FedshiftRound, Setting, digits, experiment, timed
 
 from fedshift.algorithms.toolkit import state_dict_cpu
 from fedshift.core.reduce import weighted_mean
 from fedshift.data import DomainDataset
 from fedshift.engine.assembly import Experiment
-from fedshift.engine.simulation.dispatch import SimulationFederation
 
 METHODS = ("sequential", "bare", "vectorized", "fused")
 #: (numerator, denominator) of the paired ratios, when both were measured.
@@ -54,24 +53,6 @@ PAIRS = (
     ("vectorized", "fused"),
 )
 FLOWER_SCRIPT = Path(__file__).resolve().parent / "flower_simulation.py"
-
-
-class FedshiftRound:
-    """One FedAvg round through fedshift's simulation engine."""
-
-    def __init__(self, exp: Experiment, vectorize: bool):
-        self.fed = SimulationFederation.for_experiment(exp)
-        self.fed.vectorize = vectorize
-        self.algorithm = exp.algorithm
-        self.state = exp.algorithm.init_state()
-        self.round = 0
-
-    def __call__(self) -> int:
-        self.round += 1
-        self.fed.begin_round(self.round)
-        before = self.fed.samples
-        self.state, _ = self.algorithm.round(self.state, self.fed)
-        return self.fed.samples - before
 
 
 class BareRound(BareData):

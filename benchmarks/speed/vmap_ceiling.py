@@ -35,34 +35,15 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from fedavg_bench import BareData, Setting, digits, experiment, sync
+from fedavg_bench import BareData, FedshiftRound, Setting, digits, experiment, sync
 from torch.func import functional_call, vmap
 
 from fedshift.engine.assembly import Experiment
-from fedshift.engine.simulation.dispatch import SimulationFederation
 
 METHODS = ("bare-vmap", "vectorized", "sequential")
 #: (numerator, denominator) of the paired ratios of seconds per round; the target's pair
 #: last, as gpu_window.sh reports a step's last line
 PAIRS = (("sequential", "bare-vmap"), ("sequential", "vectorized"), ("vectorized", "bare-vmap"))
-
-
-class FedshiftRound:
-    """One FedAvg round through fedshift's simulation engine; returns the samples trained."""
-
-    def __init__(self, exp: Experiment, vectorize: bool):
-        self.fed = SimulationFederation.for_experiment(exp)
-        self.fed.vectorize = vectorize
-        self.algorithm = exp.algorithm
-        self.state = exp.algorithm.init_state()
-        self.round = 0
-
-    def __call__(self) -> int:
-        self.round += 1
-        self.fed.begin_round(self.round)
-        before = self.fed.samples
-        self.state, _ = self.algorithm.round(self.state, self.fed)
-        return self.fed.samples - before
 
 
 class BareVmapRound(BareData):
