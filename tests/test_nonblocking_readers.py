@@ -122,7 +122,7 @@ def text_lines(path: Path) -> Any:
 
 
 def node_cache_hash(path: Path) -> Any:
-    from fedshift.engine.flower.node_cache import _sha256
+    from fedshift.engine.flower.transport.node_cache import _sha256
 
     return _sha256(path)
 
@@ -173,7 +173,7 @@ QUIET_READERS: dict[str, tuple[str, Callable[[Path], Callable[[], Any]], Any]] =
 
 def refused(error: BaseException | None, kind: str) -> bool:
     """Whether ``error`` is a one-line refusal that says what the file is."""
-    from fedshift.engine.flower.node_cache import CacheInvalid
+    from fedshift.engine.flower.transport.node_cache import CacheInvalid
 
     if not isinstance(error, FedshiftError | CacheInvalid):
         return False

@@ -39,10 +39,16 @@ from fedshift.pretrain import read_sidecar
 FLWR_MISSING = "flwr is not installed; pip install -e '.[flower]'"
 
 
+#: the modules of fedshift's private Flower transport (``engine/flower/transport/``)
+TRANSPORT = {"node_cache", "node_state", "resident", "wire", "worker"}
+
+
 def flower_module(name: str):
-    """``fedshift.engine.flower.NAME`` (which imports flwr), or the test skipped without flwr."""
+    """``fedshift.engine.flower[.transport].NAME`` (which imports flwr), or the test skipped
+    without flwr."""
     pytest.importorskip("flwr", reason=FLWR_MISSING)
-    return importlib.import_module(f"fedshift.engine.flower.{name}")
+    package = "fedshift.engine.flower.transport" if name in TRANSPORT else "fedshift.engine.flower"
+    return importlib.import_module(f"{package}.{name}")
 
 
 FUZZ = settings(max_examples=50, deadline=None)
