@@ -82,21 +82,9 @@ def run(args: argparse.Namespace) -> int:
     algorithms = csv(args.algorithms)
     if args.dry_run:
         return print_plan(args, algorithms, seeds)
+    positional, options = planned_runs(args, algorithms, seeds)
     summaries = sweep(
-        algorithms,
-        csv(args.targets),
-        seeds,
-        args.out,
-        config_file=args.config,
-        flags=flag_values(args, sweep=True),
-        sets=args.set,
-        grid=args.grid,
-        jobs=args.jobs,
-        devices=csv(args.devices) if args.devices else None,
-        backend=args.backend,
-        progress=not args.quiet,
-        random_trials=args.random,
-        random_seed=args.random_seed,
+        *positional, **options, jobs=args.jobs, backend=args.backend, progress=not args.quiet
     )
     if summaries:
         if has_grid(summaries):
@@ -114,6 +102,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def planned_runs(
+    args: argparse.Namespace, algorithms: list[str], seeds: list[int]
+) -> tuple[tuple, dict]:
+    """What a sweep and its ``--dry-run`` plan from the command line: the positional
+    arguments and the options both take (one place, so the plan is the sweep's)."""
+    positional = (algorithms, csv(args.targets), seeds, args.out)
+    options = {
+        "config_file": args.config,
+        "flags": flag_values(args, sweep=True),
+        "sets": args.set,
+        "grid": args.grid,
+        "devices": csv(args.devices) if args.devices else None,
+        "random_trials": args.random,
+        "random_seed": args.random_seed,
+    }
+    return positional, options
+
+
 def planned_status(run_dir) -> str:
     """What running the sweep would do with ``run_dir``: read it back, resume it or start it."""
     from fedshift.core.runfiles import RunFiles
@@ -129,20 +135,8 @@ def print_plan(args: argparse.Namespace, algorithms: list[str], seeds: list[int]
     one line per run; nothing is run or written."""
     from fedshift.sweeps import plan
 
-    runs = plan(
-        algorithms,
-        csv(args.targets),
-        seeds,
-        args.out,
-        config_file=args.config,
-        flags=flag_values(args, sweep=True),
-        sets=args.set,
-        grid=args.grid,
-        devices=csv(args.devices) if args.devices else None,
-        jobs=args.jobs or 1,
-        random_trials=args.random,
-        random_seed=args.random_seed,
-    )
+    positional, options = planned_runs(args, algorithms, seeds)
+    runs = plan(*positional, **options, jobs=args.jobs or 1)
     counts: dict[str, int] = {}
     for run in runs:
         status = planned_status(run.run_dir)
