@@ -5,8 +5,7 @@ partition_domains` runs them; the run key ``partition`` names one."""
 
 from __future__ import annotations
 
-from fedshift.core.errors import did_you_mean
-from fedshift.data.domains import DatasetError
+from fedshift.core.errors import DatasetError, did_you_mean
 from fedshift.data.partitioners.base import ClientSpec, Partitioner, PerDomain
 from fedshift.data.partitioners.dirichlet import Dirichlet
 from fedshift.data.partitioners.heterogeneity import Heterogeneity

@@ -7,11 +7,15 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from fedshift.data.domains import DatasetError, Domain, DomainDataset
+from fedshift.core.errors import DatasetError
+
+if TYPE_CHECKING:  # the containers import torch; partitioning needs only their fields
+    from fedshift.data.domains import Domain, DomainDataset
+
 
 #: one client's (train, val, test) indices into a domain's splits
 Shares = tuple[np.ndarray, np.ndarray, np.ndarray]

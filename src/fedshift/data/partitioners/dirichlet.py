@@ -5,12 +5,16 @@ validation and test shares follow the same class proportions."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedshift.data.domains import DatasetError, Domain
+from fedshift.core.errors import DatasetError
 from fedshift.data.partitioners.base import PerDomain, Shares
+
+if TYPE_CHECKING:  # the containers import torch; partitioning needs only their fields
+    from fedshift.data.domains import Domain
+
 
 #: draws of the class proportions before a partition leaving a client too small gives up
 MAX_ATTEMPTS = 200

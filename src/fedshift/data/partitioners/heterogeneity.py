@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedshift.data.domains import DatasetError
+from fedshift.core.errors import DatasetError
 from fedshift.data.partitioners.base import ClientSpec, Partitioner, PartitionJob, domain_rng
 
 

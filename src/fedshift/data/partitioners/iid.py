@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedshift.data.domains import Domain
 from fedshift.data.partitioners.base import PerDomain, Shares
+
+if TYPE_CHECKING:  # the containers import torch; partitioning needs only their fields
+    from fedshift.data.domains import Domain
 
 
 def even_parts(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedshift.data.domains import DatasetError, Domain
+from fedshift.core.errors import DatasetError
 from fedshift.data.partitioners.base import PerDomain, Shares
+
+if TYPE_CHECKING:  # the containers import torch; partitioning needs only their fields
+    from fedshift.data.domains import Domain
 
 
 class NWayKShot(PerDomain):
