@@ -1,39 +1,22 @@
-"""The algorithm registry: the built-ins listed explicitly (adding one adds one line here),
-:func:`register_algorithm` for a script's own, and plug-ins looked up on first use (an
-entry point of group ``fedshift.algorithms`` or an import path ``package.module:Class``)."""
+"""The algorithm registry: the built-ins listed explicitly (adding one adds one line to
+:data:`BUILTINS`), :func:`register_algorithm` for a script's own, and plug-ins looked up on
+first use (an entry point of group ``fedshift.algorithms`` or an import path
+``package.module:Class``).
+
+A built-in's module (and torch with it) is imported the first time its class is asked for,
+as ``models/cards.py``'s ``Builder`` does for the backbones: ``fedshift list algorithms`` and
+``fedshift show ALGO`` read a built-in's description from
+:mod:`fedshift.algorithms.builtin_descriptions` instead (generated from the classes, and
+checked against them by ``tests/algorithms/test_builtin_descriptions.py``)."""
 
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from fedshift.algorithms.bd_fedproto import BDFedProto
-from fedshift.algorithms.ccst import CCST
-from fedshift.algorithms.centralized import Centralized
-from fedshift.algorithms.ditto import Ditto
-from fedshift.algorithms.fact import FACT
-from fedshift.algorithms.fact_nf import FACTNoFinetune
-from fedshift.algorithms.fada import FADA
-from fedshift.algorithms.fedadagrad import FedAdagrad
-from fedshift.algorithms.fedadam import FedAdam
-from fedshift.algorithms.fedadg import FedADG
-from fedshift.algorithms.fedavg import FedAvg
-from fedshift.algorithms.fedavgm import FedAvgM
-from fedshift.algorithms.feddg_elcfs import FedDGELCFS
-from fedshift.algorithms.feddyn import FedDyn
-from fedshift.algorithms.fedga import FedGA
-from fedshift.algorithms.fednova import FedNova
-from fedshift.algorithms.fedproto import FedProto
-from fedshift.algorithms.fedprox import FedProx
-from fedshift.algorithms.fedsr import FedSR
-from fedshift.algorithms.fedyogi import FedYogi
-from fedshift.algorithms.fpl import FPL
-from fedshift.algorithms.local import Local
-from fedshift.algorithms.moon import Moon
-from fedshift.algorithms.perada import PerAda
-from fedshift.algorithms.scaffold import Scaffold
-from fedshift.core.algorithm import Algorithm
 from fedshift.core.errors import ConfigError, did_you_mean
 from fedshift.core.hparams import BaseHparams
+from fedshift.core.lazytable import LazyTable
 from fedshift.plugins import (
     is_import_path,
     load_import_path,
@@ -42,67 +25,79 @@ from fedshift.plugins import (
     plugin_source,
 )
 
+if TYPE_CHECKING:  # imports torch: the listing and describing code must not
+    from fedshift.core.algorithm import Algorithm
+
 log = logging.getLogger(__name__)
 
+#: the built-in algorithms, name -> ``module:Class`` in ``fedshift.algorithms`` (their names
+#: never change meaning; each module is imported on first use)
+BUILTINS: dict[str, str] = {
+    # baselines
+    "fedavg": "fedavg:FedAvg",
+    "fedprox": "fedprox:FedProx",
+    "local": "local:Local",
+    "centralized": "centralized:Centralized",
+    "ditto": "ditto:Ditto",
+    # server optimizers (Reddi et al., 2021)
+    "fedavgm": "fedavgm:FedAvgM",
+    "fedadagrad": "fedadagrad:FedAdagrad",
+    "fedadam": "fedadam:FedAdam",
+    "fedyogi": "fedyogi:FedYogi",
+    # drift correction and normalized averaging
+    "scaffold": "scaffold:Scaffold",
+    "feddyn": "feddyn:FedDyn",
+    "fednova": "fednova:FedNova",
+    # representation and prototype family
+    "moon": "moon:Moon",
+    "fedproto": "fedproto:FedProto",
+    "bd-fedproto": "bd_fedproto:BDFedProto",
+    "fpl": "fpl:FPL",
+    "fedsr": "fedsr:FedSR",
+    # data manipulation and learning strategies
+    "ccst": "ccst:CCST",
+    "feddg-elcfs": "feddg_elcfs:FedDGELCFS",
+    "fedga": "fedga:FedGA",
+    "perada": "perada:PerAda",
+    "fedadg": "fedadg:FedADG",
+    # unsupervised federated domain adaptation (unlabeled target client)
+    "fada": "fada:FADA",
+    "fact": "fact:FACT",
+    "fact-nf": "fact_nf:FACTNoFinetune",
+}
 
-class AlgorithmRegistry(dict):
-    """Name -> algorithm class; a missing name is looked up among the plug-ins (and kept)."""
 
-    def __missing__(self, name: str) -> type[Algorithm]:
+class AlgorithmRegistry(LazyTable):
+    """Name -> algorithm class: the built-ins (each module imported on first use), the
+    registered ones, and plug-ins, looked up the first time they are asked for (and kept)."""
+
+    def load_builtin(self, name: str) -> type[Algorithm]:
+        cls = super().load_builtin(name)
+        if cls.name != name:
+            raise RuntimeError(
+                f"BUILTINS names {BUILTINS[name]} {name!r}; its name is {cls.name!r}"
+            )
+        return cls
+
+    def find(self, name: str) -> type[Algorithm]:
         cls = find_plugin(name)
         if cls is None:
             raise KeyError(name)
-        self[name] = cls
         return cls
 
     def __contains__(self, name: object) -> bool:
-        if dict.__contains__(self, name):
+        if self.known(name):
             return True
         return isinstance(name, str) and find_plugin(name) is not None
 
 
-#: the built-in algorithms (their names never change meaning)
-BUILTINS: dict[str, type[Algorithm]] = {
-    cls.name: cls
-    for cls in (
-        # baselines
-        FedAvg,
-        FedProx,
-        Local,
-        Centralized,
-        Ditto,
-        # server optimizers (Reddi et al., 2021)
-        FedAvgM,
-        FedAdagrad,
-        FedAdam,
-        FedYogi,
-        # drift correction and normalized averaging
-        Scaffold,
-        FedDyn,
-        FedNova,
-        # representation and prototype family
-        Moon,
-        FedProto,
-        BDFedProto,
-        FPL,
-        FedSR,
-        # data manipulation and learning strategies
-        CCST,
-        FedDGELCFS,
-        FedGA,
-        PerAda,
-        FedADG,
-        # unsupervised federated domain adaptation (unlabeled target client)
-        FADA,
-        FACT,
-        FACTNoFinetune,
-    )
-}
-REGISTRY: dict[str, type[Algorithm]] = AlgorithmRegistry(BUILTINS)
+REGISTRY = AlgorithmRegistry(__name__, BUILTINS)
 
 
 def check_algorithm_class(cls: object, origin: str) -> type[Algorithm]:
     """``cls`` if it is a usable algorithm class; a ConfigError saying what is wrong otherwise."""
+    from fedshift.core.algorithm import Algorithm
+
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
         raise ConfigError(
             f"{origin} is {cls!r}, not a subclass of fedshift.core.algorithm.Algorithm"
@@ -132,7 +127,7 @@ def get_algorithm(name: str) -> type[Algorithm]:
         return REGISTRY[name]
     except KeyError:
         known = [*REGISTRY]
-        known += [n for n in plugin_names("algorithm") if not dict.__contains__(REGISTRY, n)]
+        known += [n for n in plugin_names("algorithm") if not REGISTRY.known(n)]
         raise ConfigError(
             f"unknown algorithm {name!r}{did_you_mean(name, known)}; choose one of: "
             f"{', '.join(known)} (or a plug-in as package.module:Class)"
@@ -148,16 +143,22 @@ def origin_of(name: str) -> str:
     return "import path" if is_import_path(name) else "registered"
 
 
-def all_algorithms() -> dict[str, type[Algorithm]]:
-    """Built-in, registered and installed plug-in algorithms (a broken plug-in is a one-line
-    warning and left out)."""
+def algorithm_names() -> list[str]:
+    """Built-in, registered and installed plug-in algorithm names, importing no built-in (a
+    broken plug-in is a one-line warning and left out)."""
     for name in plugin_names("algorithm"):
-        if not dict.__contains__(REGISTRY, name):
+        if not REGISTRY.known(name):
             try:
                 REGISTRY[name]
             except ConfigError as exc:
                 log.warning("%s", exc)
-    return dict(REGISTRY)
+    return list(REGISTRY)
+
+
+def all_algorithms() -> dict[str, type[Algorithm]]:
+    """Built-in, registered and installed plug-in algorithms, name -> class (imports every
+    built-in; a broken plug-in is a one-line warning and left out)."""
+    return {name: REGISTRY[name] for name in algorithm_names()}
 
 
 def register_algorithm(
@@ -170,9 +171,9 @@ def register_algorithm(
     if not name:
         raise ConfigError(f"{cls!r} needs a name: set its class attribute `name` or pass name=")
     check_algorithm_class(cls, f"algorithm {name!r}")
-    if name in BUILTINS and BUILTINS[name] is not cls:
+    if name in BUILTINS and REGISTRY[name] is not cls:
         raise ConfigError(f"algorithm {name!r} is built in; register yours under another name")
-    if dict.__contains__(REGISTRY, name) and REGISTRY[name] is not cls and not replace:
+    if REGISTRY.known(name) and REGISTRY[name] is not cls and not replace:
         raise ConfigError(f"algorithm {name!r} is registered already; pass replace=True")
     REGISTRY[name] = cls
     return cls

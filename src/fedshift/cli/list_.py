@@ -12,11 +12,11 @@ from fedshift.cli.tables import print_table
 
 
 def algorithm_rows() -> list[tuple[str, ...]]:
-    from fedshift.algorithms import all_algorithms
+    from fedshift.algorithms import algorithm_names
     from fedshift.algorithms.description import describe_algorithm
 
     rows = [("name", "shares", "paper", "from")]
-    for name in all_algorithms():
+    for name in algorithm_names():
         about = describe_algorithm(name)
         rows.append((name, about.shares_text(":"), about.paper, about.origin))
     return rows

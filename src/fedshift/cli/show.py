@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.algorithm == RUN:
         print_run_keys()
         return 0
-    from fedshift.algorithms.description import describe_algorithm  # the algorithms: torch
+    from fedshift.algorithms.description import describe_algorithm
 
     about = describe_algorithm(args.algorithm)
     print(f"{about.name}: {about.paper or '(no paper given)'} [{about.origin}]")

@@ -72,7 +72,7 @@ def hyperparameters(algorithm: str, chosen: dict[str, Any]) -> dict[str, Any]:
     registered algorithm, overridden by the ``chosen`` ones a config records (a run that
     sets a default explicitly is the same experiment as one that leaves it)."""
     values: dict[str, Any] = {}
-    if dict.__contains__(REGISTRY, algorithm):  # never loads a plug-in to read a report
+    if REGISTRY.known(algorithm):  # never loads a plug-in to read a report
         defaults = REGISTRY[algorithm].Hparams()
         values = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
     values.update(chosen)

@@ -2,25 +2,37 @@
 
 :data:`PROTOCOLS` is the only place a protocol is named: the run config's choice, the
 default targets and the command line's help all read it. Adding a protocol is one module
-with its ``PROTOCOL`` record plus one line here.
+with its ``PROTOCOL`` record plus one line here. A protocol's module (and torch with it) is
+imported the first time its record is read: the names alone (the ``protocol`` run key's
+help, ``fedshift show ALGO``) import none.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fedshift.core.errors import ConfigError
+from fedshift.core.lazytable import LazyTable
 from fedshift.core.runconfig import RunConfig, check_choice, per_domain_value
-from fedshift.data.domains import DomainDataset
-from fedshift.scenarios import lodo, msst, per_domain, personalized
-from fedshift.scenarios.per_domain import keep_train_fraction
 from fedshift.scenarios.protocol import Protocol
-from fedshift.scenarios.scenario import Scenario, pool_clients
+
+if TYPE_CHECKING:  # the data containers and the scenarios import torch
+    from fedshift.data.domains import DomainDataset
+    from fedshift.scenarios.scenario import Scenario
 
 __all__ = ["PROTOCOLS", "Protocol", "build_scenario", "get_protocol"]
 
-#: protocol name -> its record, in the order the command line lists them
-PROTOCOLS: dict[str, Protocol] = {
-    p.name: p for p in (lodo.PROTOCOL, personalized.PROTOCOL, msst.PROTOCOL, per_domain.PROTOCOL)
-}
+#: protocol name -> its record (the ``PROTOCOL`` of that module of ``fedshift.scenarios``,
+#: imported on first read), in the order the command line lists them
+PROTOCOLS: LazyTable = LazyTable(
+    __name__,
+    {
+        "lodo": "lodo:PROTOCOL",
+        "personalized": "personalized:PROTOCOL",
+        "msst": "msst:PROTOCOL",
+        "per-domain": "per_domain:PROTOCOL",
+    },
+)
 
 
 def get_protocol(name: str) -> Protocol:
@@ -38,6 +50,9 @@ def build_scenario(cfg: RunConfig, dataset: DomainDataset, *, pooled: bool) -> S
     A protocol whose scored domains also train refuses a dataset whose test split is the
     whole domain (a catalog entry loaded without ``held_out_test``): it would score images
     the clients train on."""
+    from fedshift.scenarios.per_domain import keep_train_fraction
+    from fedshift.scenarios.scenario import pool_clients
+
     protocol = get_protocol(cfg.protocol)
     if protocol.scores_training_domains and dataset.meta.get("test_is_domain"):
         raise ConfigError(

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from fedshift.core.runconfig import RunConfig
-from fedshift.data.domains import DomainDataset
-from fedshift.scenarios.scenario import Scenario
+if TYPE_CHECKING:  # the data containers and the scenarios import torch
+    from fedshift.core.runconfig import RunConfig
+    from fedshift.data.domains import DomainDataset
+    from fedshift.scenarios.scenario import Scenario
 
 
 @dataclass(frozen=True)
