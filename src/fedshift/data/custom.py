@@ -20,13 +20,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.domains import DatasetError, Domain, DomainDataset
 from fedshift.plugins import load_plugin, plugin_names, plugin_source
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    import torch
+
+    from fedshift.core.split import Split
+
 
 SPLITS = ("train", "val", "test")
 #: shares of a domain given as one split that become validation and test data
@@ -38,6 +43,8 @@ _REGISTERED: dict[str, tuple[Any, str]] = {}
 
 
 def _as_image(item: Any, where: str) -> torch.Tensor:
+    import torch
+
     if hasattr(item, "convert") and hasattr(item, "size"):  # a PIL image
         item = np.asarray(item)
         if item.ndim == 3:
@@ -59,6 +66,8 @@ def _as_image(item: Any, where: str) -> torch.Tensor:
 
 def _to_uint8(x: torch.Tensor, domain: str) -> torch.Tensor:
     """Images in a documented range -> uint8 [0, 255]; another range is a DatasetError."""
+    import torch
+
     if x.dtype == torch.uint8:
         return x
     if x.numel() == 0:
@@ -87,6 +96,8 @@ def _to_uint8(x: torch.Tensor, domain: str) -> torch.Tensor:
 
 
 def _label(value: Any, where: str) -> int:
+    import torch
+
     if isinstance(value, torch.Tensor | np.ndarray):
         if int(np.prod(value.shape)) != 1:
             raise DatasetError(f"{where}: a label must be one integer, got shape {value.shape}")
@@ -100,6 +111,10 @@ def _label(value: Any, where: str) -> int:
 
 def _split_of(data: Any, domain: str, split: str, segmentation: bool) -> Split:
     """One split from tensors ``(images, labels)`` or a map-style dataset of pairs."""
+    import torch
+
+    from fedshift.core.split import Split
+
     where = f"domain {domain!r} ({split})"
     if isinstance(data, Split):
         return data
@@ -158,6 +173,10 @@ def _split_of(data: Any, domain: str, split: str, segmentation: bool) -> Split:
 
 
 def _segmentation_split(x: torch.Tensor, masks: torch.Tensor, where: str) -> Split:
+    import torch
+
+    from fedshift.core.split import Split
+
     if masks.dim() == 4 and masks.shape[1] == 1:
         masks = masks[:, 0]
     if tuple(masks.shape) != (x.shape[0], x.shape[2], x.shape[3]):
@@ -170,6 +189,8 @@ def _segmentation_split(x: torch.Tensor, masks: torch.Tensor, where: str) -> Spl
 
 
 def _cut(split: Split, seed: int) -> tuple[Split, Split, Split]:
+    import torch
+
     n = len(split)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     n_val, n_test = round(n * VAL_FRACTION), round(n * TEST_FRACTION)
@@ -193,6 +214,8 @@ def make_dataset(
     A domain given as one split is cut 70/10/20 into train/val/test with ``seed``.
     ``classes`` default to ``"0"..str(max label)``. Raises DatasetError naming the domain.
     """
+    import torch
+
     if isinstance(domains, DomainDataset):
         return domains
     if not isinstance(domains, Mapping) or not domains:

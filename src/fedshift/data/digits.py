@@ -23,12 +23,16 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedshift.core.bounded import MAX_SIDECAR_BYTES, open_regular, read_json_bounded
-from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.domains import DatasetError, Domain, DomainDataset
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    pass
+
 
 NAME = "digits-dg"
 DESCRIPTION = (
@@ -106,6 +110,8 @@ def cache_paths(cache_dir: str | os.PathLike | None = None) -> tuple[Path, Path]
 
 def _resize(arr: np.ndarray, size: int, mode: str) -> np.ndarray:
     """Resize (N, h, w) float images to (N, size, size) with torch interpolation."""
+    import torch
+
     t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))[:, None]
     kwargs = {} if mode == "nearest" else {"align_corners": False}
     out = torch.nn.functional.interpolate(t, size=(size, size), mode=mode, **kwargs)
@@ -216,6 +222,8 @@ def _syn_background(
     bg: np.ndarray, fg: np.ndarray, size: int, rng: np.random.Generator
 ) -> np.ndarray:
     """(size, size, 3) float32 background: flat, gradient or low-frequency texture."""
+    import torch
+
     base = np.broadcast_to(bg, (size, size, 3)).astype(np.float32)
     kind = rng.random()
     if kind < 0.35:
@@ -497,6 +505,10 @@ def _write_cache(arrays: dict[str, np.ndarray], npz_path: Path, sidecar: Path) -
 
 
 def _to_dataset(arrays: dict[str, np.ndarray]) -> DomainDataset:
+    import torch
+
+    from fedshift.core.split import Split
+
     domains: dict[str, Domain] = {}
     for dom in DOMAINS:
         splits = {

@@ -7,11 +7,24 @@ Images are kept in memory as ``uint8`` tensors of shape ``(N, C, H, W)``; labels
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from fedshift.core.errors import DatasetError
-from fedshift.core.split import Split
+
+if TYPE_CHECKING:
+    from fedshift.core.split import Split
 
 __all__ = ["DatasetError", "Domain", "DomainDataset", "Split"]
+
+
+def __getattr__(name: str) -> Any:
+    """``Split`` from :mod:`fedshift.core.split`, imported on first use (it imports torch; the
+    containers' names alone, as the partitioners and the catalog read them, need none)."""
+    if name == "Split":
+        from fedshift.core.split import Split
+
+        return Split
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, eq=False)

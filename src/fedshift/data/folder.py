@@ -8,12 +8,16 @@ import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.domains import DatasetError, Domain, DomainDataset
 from fedshift.data.formats.images import IMAGE_SUFFIXES, image_files, read_image
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    pass
+
 
 _LAYOUT = "ROOT/<domain>/<class>/<image>"
 
@@ -55,6 +59,10 @@ def load_folder_dataset(
     lacks a class gets a warning. Each domain is split train/val/test (stratified by class when
     possible) with ``seed``. Images are converted to RGB and resized to ``image_size``.
     """
+    import torch
+
+    from fedshift.core.split import Split
+
     root_path = Path(root).expanduser()
     if not root_path.exists():
         raise DatasetError(f"dataset folder {root_path} does not exist (expected layout {_LAYOUT})")

@@ -14,15 +14,18 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedshift.core.bounded import open_text
-from fedshift.core.split import RowGather
 from fedshift.data import image_cache
-from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.domains import DatasetError, Domain, DomainDataset
 from fedshift.data.formats.images import image_files, read_image
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    import torch
+
 
 Entry = tuple[Path, int]
 SPLITS = ("train", "val", "test")
@@ -223,6 +226,8 @@ def _rows_in_split_order(parts: Mapping[str, Sequence[Entry]]) -> dict[Path, int
 
 
 def _decoded_in_memory(rows: Sequence[Path], size: int, pool: ThreadPoolExecutor) -> torch.Tensor:
+    import torch
+
     pixels = torch.empty((len(rows), 3, size, size), dtype=torch.uint8)
     for i, image in enumerate(pool.map(lambda p: read_image(p, size), rows)):
         pixels[i].numpy()[...] = image
@@ -240,6 +245,8 @@ def _cached_pixels(
 ) -> tuple[torch.Tensor, Path | None]:
     """The domain's pixels mapped from the image cache, decoded into it first if needed;
     decoded into memory (with a warning) when the cache folder cannot be written."""
+    import torch
+
     root = str(meta.get("root", ""))
     key = image_cache.cache_key(name, root, domain, size, rows)
     data, sidecar = image_cache.cache_paths(folder, name, domain, size, key)
@@ -293,6 +300,10 @@ def decode_dataset(
     and any other split a RowGather: never a copy. ``meta`` gains ``counts``
     (domain -> split -> images), ``classes`` and ``image_cache`` (domain -> file, or empty).
     """
+    import torch
+
+    from fedshift.core.split import RowGather, Split
+
     if isinstance(image_size, bool) or int(image_size) < 1:
         raise DatasetError(f"image_size must be a positive integer, got {image_size!r}")
     size = int(image_size)

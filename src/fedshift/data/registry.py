@@ -7,17 +7,19 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from fedshift.core.errors import did_you_mean
-from fedshift.core.split import dense
 from fedshift.data import digits
 from fedshift.data.catalog import RUNNABLE, full_split_refusal, load_catalog
 from fedshift.data.custom import custom_datasets, load_custom_dataset
-from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.domains import DatasetError, Domain, DomainDataset
 from fedshift.data.folder import load_folder_dataset
 from fedshift.data.formats.images import resize_uint8
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    from fedshift.core.split import Split
+
 
 DATASETS: dict[str, str] = {digits.NAME: digits.DESCRIPTION}
 
@@ -30,6 +32,10 @@ CATALOG_LOADERS = RUNNABLE
 
 
 def _resize_split(split: Split, size: int) -> Split:
+    import torch
+
+    from fedshift.core.split import Split, dense
+
     if split.x.shape[-1] == size and split.x.shape[-2] == size:
         return split
     split = Split(x=dense(split.x), y=split.y, mask=dense(split.mask))  # resizing makes a copy

@@ -23,11 +23,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from fedshift.core.errors import did_you_mean
-from fedshift.core.split import Split
 from fedshift.data.domains import DatasetError, Domain, DomainDataset
 from fedshift.data.formats.images import verify_images
 from fedshift.data.lists import (
@@ -39,6 +37,12 @@ from fedshift.data.lists import (
     holdout,
 )
 from fedshift.data.lists import read_split_list as read_list
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    import torch
+
+    from fedshift.core.split import Split
+
 
 Counts = dict[str, dict[str, int]]
 Splits = dict[str, dict[str, list[Entry]]]
@@ -275,6 +279,7 @@ def pooled_domain(
     """A domain whose train split is rows ``[:cut]`` and val rows ``[cut:]`` of one array
     (views, no copy); test is ``test``, or the whole array. With ``test_from``, val is rows
     ``[cut:test_from]`` and test rows ``[test_from:]`` (a held-out test part)."""
+    from fedshift.core.split import Split
 
     def rows(start: int, stop: int | None) -> Split:
         mask = None if masks is None else masks[start:stop]

@@ -13,12 +13,11 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedshift.core.bounded import open_text
-from fedshift.core.split import Split
 from fedshift.data.catalog.base import (
     CatalogDataset,
     Counts,
@@ -29,6 +28,10 @@ from fedshift.data.catalog.base import (
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.formats.images import resize_uint8
 from fedshift.data.lists import VAL_FRACTION
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    pass
+
 
 NATIVE_SIZE = 32
 PIXELS = 3 * NATIVE_SIZE * NATIVE_SIZE
@@ -162,6 +165,10 @@ class CifarDataset(CatalogDataset):
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
         """The official train and test files; val is the seeded per-domain holdout of the
         train file (train rows first, so train and val are views of one array)."""
+        import torch
+
+        from fedshift.core.split import Split
+
         name, layout, seed = self.name, self.release, options.seed
         size = self.size(options)
         folder = root / layout.folder

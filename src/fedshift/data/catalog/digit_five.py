@@ -38,9 +38,9 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedshift.core.bounded import open_text
 from fedshift.data.catalog.base import (
@@ -50,12 +50,16 @@ from fedshift.data.catalog.base import (
     domain_holdout,
     pooled_domain,
 )
-from fedshift.data.domains import DatasetError, Domain, DomainDataset, Split
+from fedshift.data.domains import DatasetError, Domain, DomainDataset
 from fedshift.data.formats.idx import find_idx, read_idx
 from fedshift.data.formats.images import resize_uint8, verify_images
 from fedshift.data.formats.libsvm import read_libsvm
 from fedshift.data.formats.mat import mat_load, mat_variables
 from fedshift.data.lists import VAL_FRACTION, decode_dataset
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    import torch
+
 
 NAME = "digit-five"
 DOMAINS = ("mnist", "mnistm", "svhn", "usps", "syn")
@@ -411,6 +415,10 @@ def _array_domain(
     size: int,
 ) -> Domain:
     """A domain whose train and val are views of one array (train rows first)."""
+    import torch
+
+    from fedshift.core.split import Split
+
     kept, held = holdout([(int(i), int(y_train[i])) for i in pool], name)
     order = np.asarray([i for i, _ in kept] + [i for i, _ in held], dtype=np.int64)
     test = Split(x=_rgb(x_test, size), y=torch.from_numpy(np.ascontiguousarray(y_test)))
@@ -419,6 +427,8 @@ def _array_domain(
 
 
 def _rgb(x: np.ndarray, size: int) -> torch.Tensor:
+    import torch
+
     images = torch.from_numpy(np.require(x, requirements=["C", "W"]))
     if images.shape[1] == 1:
         images = images.expand(-1, 3, -1, -1).contiguous()

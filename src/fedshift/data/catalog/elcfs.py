@@ -35,10 +35,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from fedshift.core.bounded import load_npy
 from fedshift.data import image_cache
@@ -54,6 +53,10 @@ from fedshift.data.catalog.base import (
 )
 from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.lists import VAL_FRACTION, holdout
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    import torch
+
 
 #: the release's image side (``volume_size``: ``[384, 384, 3]`` in ``train_ELCFS.py``,
 #: ``[384, 384, 1]`` in ``test_ELCFS.py``)
@@ -104,6 +107,8 @@ class ElcfsDataset(CatalogDataset):
         first, so both are views of the site's array), test the whole site; with
         ``options.held_out_test`` the site's :func:`split_off_test` files instead, taken out
         of train and val (their rows last). Only ``options.domains`` are read."""
+        import torch
+
         size, seed = self.size(options), options.seed
         meta = self.meta(root, options)
         files = site_files(self, root, options.domains)
@@ -252,6 +257,9 @@ def label_map(spec: ElcfsDataset, path: Path, masks: np.ndarray) -> np.ndarray:
 def _image(spec: ElcfsDataset, path: Path, image: np.ndarray, size: int) -> torch.Tensor:
     """uint8 ``C×size×size``: fundus as stored (checked to lie in [0, 255]), prostate min-max
     scaled to [0, 255] after resizing."""
+    import torch
+    import torch.nn.functional as F
+
     pixels = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)).permute(2, 0, 1)
     low, high = float(pixels.min()), float(pixels.max())
     if spec.image_channels == 3 and (low < 0.0 or high > 255.0):
@@ -268,6 +276,9 @@ def _image(spec: ElcfsDataset, path: Path, image: np.ndarray, size: int) -> torc
 
 def decode(spec: ElcfsDataset, path: Path, size: int) -> tuple[np.ndarray, np.ndarray]:
     """(uint8 image ``C×size×size``, uint8 label map ``size×size``) of one file."""
+    import torch
+    import torch.nn.functional as F
+
     array = _read(spec, path)
     image = _image(spec, path, array[..., : spec.image_channels], size)
     label = torch.from_numpy(label_map(spec, path, array[..., spec.image_channels :]))
@@ -298,6 +309,8 @@ def _site_arrays(
     """(images N×C×S×S, label maps N×S×S, cache file or ""): mapped from the image cache,
     decoded into it on the first load; in memory without a cache folder or when it cannot
     be written."""
+    import torch
+
     n, channels = len(files), spec.image_channels
     image_shape, mask_shape = (n, channels, size, size), (n, size, size)
     masks = np.empty(mask_shape, dtype=np.uint8)

@@ -18,12 +18,11 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedshift.core.errors import did_you_mean
-from fedshift.core.split import Split
 from fedshift.data.catalog.base import (
     CatalogDataset,
     Counts,
@@ -37,6 +36,10 @@ from fedshift.data.domains import DatasetError, DomainDataset
 from fedshift.data.formats.images import resize_uint8
 from fedshift.data.formats.jsonfile import read_json
 from fedshift.data.lists import VAL_FRACTION
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    pass
+
 
 SIDE = 28
 CLASSES = tuple(string.digits + string.ascii_uppercase + string.ascii_lowercase)
@@ -170,6 +173,10 @@ class FemnistDataset(CatalogDataset):
         return counts, warnings_
 
     def read(self, root: Path, options: LoadOptions) -> DomainDataset:
+        import torch
+
+        from fedshift.core.split import Split
+
         size, seed = self.size(options), options.seed
         found = read_writers(root)
         out, counts = {}, {}

@@ -7,12 +7,16 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedshift.core.bounded import open_regular
 from fedshift.core.errors import DatasetError
+
+if TYPE_CHECKING:  # torch loads only when data is read, not to list or describe it
+    import torch
+
 
 #: the suffixes (lower case) of the files every folder reader takes as images
 IMAGE_SUFFIXES = frozenset(
@@ -80,6 +84,8 @@ def verify_images(paths: Sequence[Path]) -> None:
 def resize_uint8(pixels: torch.Tensor, size: int, chunk: int = 4096) -> torch.Tensor:
     """uint8 images ``N×C×H×W`` resized to ``size`` squares (bilinear, antialiased, rounded),
     ``chunk`` images at a time so no float copy of all of them is made."""
+    import torch
+
     out = torch.empty((len(pixels), pixels.shape[1], size, size), dtype=torch.uint8)
     for start in range(0, len(pixels), chunk):
         block = pixels[start : start + chunk].float()
