@@ -1,6 +1,7 @@
-"""``fedshift --version``, ``--help``, ``list models|presets`` and ``show run`` answer before
-torch loads: each runs in a fresh interpreter under ``-X importtime``, whose report names
-every module imported; torch must not be among them, and the command must still answer."""
+"""``fedshift --version``, ``--help``, every ``list``, ``datasets list`` and ``show`` (of a
+built-in algorithm, or ``run``) answer before torch loads: each runs in a fresh interpreter
+under ``-X importtime``, whose report names every module imported; torch must not be among
+them, and the command must still answer."""
 
 from __future__ import annotations
 
@@ -50,6 +51,12 @@ def imported_modules(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]
         (["list", "models"], "efficientnet-lite0"),
         (["list", "presets"], "name"),
         (["show", "run"], "run keys (--set KEY=VALUE"),
+        (["list", "algorithms"], "fact-nf"),
+        (["list", "partitions"], "heterogeneity_lambda"),
+        (["list", "datasets"], "digits-dg"),
+        (["datasets", "list"], "office-home"),
+        (["show", "fedavg"], "shares:     model (model)"),
+        (["show", "scaffold"], "algo.server_lr"),
     ],
 )
 def test_command_answers_without_importing_torch(argv, answer):
@@ -61,10 +68,12 @@ def test_command_answers_without_importing_torch(argv, answer):
     assert not any(m.startswith("torch.") for m in modules)
 
 
-def test_a_command_that_trains_still_loads_torch():
-    """The check can fail: ``show ALGO`` imports the algorithms, and they import torch."""
-    done, modules = imported_modules("show", "fedavg")
+def test_a_command_that_loads_the_data_still_loads_torch(monkeypatch, digits_cache):
+    """The check can fail: ``run --dry-run`` builds the clients from the data, in tensors."""
+    monkeypatch.setenv("FEDSHIFT_CACHE", digits_cache)
+    done, modules = imported_modules("run", "--dry-run")
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "mnist-0" in done.stdout
     assert "torch" in modules
 
 
