@@ -32,13 +32,17 @@ MEANINGS = {
     "search": "the distribution `fedshift sweep --random N` draws the value from "
     "(`log_uniform`, `uniform`, `integers`, `one_of`, below); None: never drawn. It must stay "
     "inside the range",
-    "extra": "further metadata kept on the dataclass field (`key()` stores `group` and "
-    "`resume` here)",
+    "extra": "further metadata kept on the dataclass field (`key()` stores `group`, "
+    "`resume` and `choices` here)",
     "group": "(run keys only) the section the key is listed in: "
     + ", ".join(f"`{name}`" for name in SECTIONS),
     "resume": "(run keys only) what `--resume` may do with the key: "
     + ", ".join(f"`{rule}`" for rule in RESUME_RULES)
     + " (`fixed`: must stay; `may-change`; `may-grow`: more rounds extend a run)",
+    "choices": "(run keys only) the registry the value names, as `module:attribute` (e.g. "
+    "`fedshift.scenarios:PROTOCOLS`); `{choices}` in `help` (there exactly when this is "
+    "given) becomes the registry's names each time the key is described (`fedshift show run`, "
+    "`--help`, the run-keys page), so the help lists every entry, later ones included",
 }
 
 

@@ -10,6 +10,7 @@ draws both from their own declarations.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import random
 import types
@@ -22,6 +23,11 @@ from fedshift.core.errors import ConfigError, did_you_mean
 RANGE_KEY = "range"
 #: the field-metadata key holding a declaration's :class:`Search`
 SEARCH_KEY = "search"
+#: the field-metadata key naming the registry (``module:attribute``) whose names a
+#: declaration's help lists where it says ``{choices}``
+CHOICES_KEY = "choices"
+#: where a help text lists the names of its ``choices`` registry
+CHOICES_MARK = "{choices}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +194,24 @@ class FieldInfo:
         return " ".join(part for part in (self.symbol, self.meaning, interval) if part)
 
 
+def registry_names(spec: str) -> list[str]:
+    """The names of the registry ``module:attribute`` names (its keys, or its items), read
+    now: a field's help lists what the registry holds when it is described, plug-ins and
+    later additions included, and ``core`` imports no upper layer to say it."""
+    module, _, attribute = spec.partition(":")
+    registry: Any = importlib.import_module(module)
+    for part in attribute.split("."):
+        registry = getattr(registry, part)
+    return [str(name) for name in registry]
+
+
+def help_text(metadata: typing.Mapping[str, Any]) -> str:
+    """A declaration's help, its ``{choices}`` replaced by the names of its registry."""
+    text = metadata.get("help", "")
+    spec = metadata.get(CHOICES_KEY)
+    return text.replace(CHOICES_MARK, ", ".join(registry_names(spec))) if spec else text
+
+
 def describe_fields(cls: type, names: typing.Iterable[str] | None = None) -> list[FieldInfo]:
     """The declared fields of dataclass ``cls`` (those of ``names``, else all) in declaration
     order: the one reader of the declarations (a field declared without one has empty
@@ -205,7 +229,7 @@ def describe_fields(cls: type, names: typing.Iterable[str] | None = None) -> lis
                 type_text=type_text(field_type(cls, item.name)),
                 default=item.default,
                 symbol=item.metadata.get("symbol", ""),
-                meaning=item.metadata.get("help", ""),
+                meaning=help_text(item.metadata),
                 range_text=interval.text() if interval is not None else "",
                 search_text=search.text() if search is not None else "",
                 group=item.metadata.get("group", ""),

@@ -45,10 +45,9 @@ from dataclasses import dataclass
 
 import torch
 
+from fedshift.core.aggregator_names import AGGREGATORS
 from fedshift.core.errors import ConfigError, RoundFailed, did_you_mean
 from fedshift.core.reduce import Tensors, mean, weighted_mean
-
-AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "bulyan")
 
 
 class AggregationError(RoundFailed):

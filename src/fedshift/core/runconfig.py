@@ -13,10 +13,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fedshift.core.declare import (  # the general value checks live there (re-exported)
-    PER_DOMAIN_KINDS as PER_DOMAIN_KINDS,
-)
 from fedshift.core.declare import (
+    CHOICES_MARK,
     FieldInfo,
     Search,
     check_choice,
@@ -25,6 +23,9 @@ from fedshift.core.declare import (
     describe_fields,
     field_type,
     log_uniform,
+)
+from fedshift.core.declare import (  # the general value checks live there (re-exported)
+    PER_DOMAIN_KINDS as PER_DOMAIN_KINDS,
 )
 from fedshift.core.declare import (
     coerce as coerce,
@@ -149,17 +150,32 @@ def key(
     high_open: bool = False,
     search: Search | None = None,
     resume: str = FIXED,
+    choices: str = "",
 ) -> Any:
     """One run key, declared as an algorithm's hyperparameter is (:func:`fedshift.core.
     hparams.hp`): its default, meaning (``help``), the paper's ``symbol``, its range, the
     distribution ``fedshift sweep --random`` draws it from, plus the section (``group``) it
-    belongs to and what ``--resume`` may do with it (``resume``, one of :data:`RESUME_RULES`)."""
+    belongs to, what ``--resume`` may do with it (``resume``, one of :data:`RESUME_RULES`) and
+    the registry its value names (``choices``, ``module:attribute``): ``{choices}`` in ``help``
+    becomes that registry's names when the key is described, so the help cannot fall behind."""
+    if bool(choices) != (CHOICES_MARK in help):
+        raise TypeError(f"a run key's help says {CHOICES_MARK} exactly when it names choices=")
     if group not in SECTIONS:
         raise TypeError(f"unknown section {group!r}; choose one of: {', '.join(SECTIONS)}")
     if resume not in RESUME_RULES:
         raise TypeError(f"unknown resume rule {resume!r}; choose one of: {', '.join(RESUME_RULES)}")
     return declared(
-        default, symbol, help, low, high, low_open, high_open, search, group=group, resume=resume
+        default,
+        symbol,
+        help,
+        low,
+        high,
+        low_open,
+        high_open,
+        search,
+        group=group,
+        resume=resume,
+        choices=choices,
     )
 
 
@@ -190,8 +206,9 @@ class RunConfig:
     )
     protocol: str = key(
         "lodo",
-        "the evaluation protocol: lodo, personalized, msst, per-domain",
+        "the evaluation protocol: {choices}",
         group="task",
+        choices="fedshift.scenarios:PROTOCOLS",
     )
     problem: Problem = key(
         "classification",
@@ -265,9 +282,10 @@ class RunConfig:
     partition: str = key(
         "iid",
         "how the source data is split among clients: a scheme of fedshift.data.partitioners "
-        "(iid, dirichlet, nway-kshot: each domain on its own; heterogeneity: across the source "
-        "domains; checked in fedshift.config)",
+        "({choices}; `fedshift list partitions` says which split each domain on its own; "
+        "checked in fedshift.config)",
         group="partition",
+        choices="fedshift.data.partitioners:PARTITIONERS",
     )
     dirichlet_alpha: float = key(
         0.5,
@@ -515,9 +533,10 @@ class RunConfig:
     )
     aggregator: str = key(
         "mean",
-        "how the server combines what clients send: mean (weighted, as each paper), median, "
-        "trimmed-mean, krum, multi-krum, bulyan (fedshift.core.robust)",
+        "how the server combines what clients send: {choices} (fedshift.core.robust; mean: "
+        "weighted, as each paper)",
         group="robustness",
+        choices="fedshift.core.aggregator_names:AGGREGATORS",
     )
     aggregator_f: int = key(
         1,
@@ -537,8 +556,9 @@ class RunConfig:
     )
     attack: str = key(
         "",
-        f"simulated malicious clients (simulation engine): {', '.join(ATTACKS)}; empty: none",
+        "simulated malicious clients (simulation engine): {choices}; empty: none",
         group="robustness",
+        choices="fedshift.core.runconfig:ATTACKS",
     )
     attack_clients: str = key(
         "1",
