@@ -4,6 +4,7 @@ keep that file equal to what the classes declare, and the printed text equal eit
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ from fedshift.algorithms import BUILTINS, REGISTRY
 from fedshift.algorithms.builtin_descriptions import DECLARATIONS
 from fedshift.algorithms.description import declaration
 from fedshift.cli import main
+from fedshift.core.hparams import BaseHparams
 
 REGENERATE = "python benchmarks/tools/gen_algorithm_descriptions.py"
 
@@ -67,3 +69,23 @@ def test_list_and_show_print_the_same_from_the_file_as_from_the_classes(monkeypa
     from_classes = capsys.readouterr().out
     assert from_file == from_classes
     assert "fact-nf" in from_classes and "algo.server_lr" in from_classes
+
+
+def test_a_registered_algorithm_is_described_from_its_class(monkeypatch, capsys):
+    """Not a built-in: read from the class, a hyperparameter without default included."""
+
+    @dataclasses.dataclass(frozen=True)
+    class NeedsScale(BaseHparams):
+        scale: float
+
+    class Scaled(REGISTRY["fedavg"]):
+        """Scaled averaging, for this test."""
+
+        name = "scaled-avg"
+        Hparams = NeedsScale
+
+    monkeypatch.setitem(REGISTRY, Scaled.name, Scaled)
+    assert main(["show", Scaled.name]) == 0
+    out = capsys.readouterr().out
+    assert "[registered]" in out and "Scaled averaging, for this test." in out
+    assert "algo.scale" in out and "(required)" in out

@@ -65,7 +65,10 @@ def declaration(cls: type[Algorithm]) -> dict[str, Any]:
         "problems": cls.supported_problems(),
         "default_model": cls.default_model,
         "personal": cls.personal,
-        "hparams": [dataclasses.asdict(info) for info in describe_hparams(cls.Hparams)],
+        "hparams": [
+            {item.name: getattr(info, item.name) for item in dataclasses.fields(info)}
+            for info in describe_hparams(cls.Hparams)
+        ],
         "qualname": f"{cls.__module__}.{cls.__qualname__}",
     }
 
