@@ -58,6 +58,8 @@ def test_list_and_show_print_the_same_from_the_file_as_from_the_classes(monkeypa
 
     monkeypatch.setattr(plugins, "entry_points", lambda group: [])
     plugins.refresh()
+    for name in [name for name in REGISTRY if name not in BUILTINS]:
+        monkeypatch.delitem(REGISTRY, name)  # registered by an earlier test
     for name in BUILTINS:
         REGISTRY[name]  # imported: described from the class
     try:
