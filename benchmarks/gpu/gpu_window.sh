@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
     --budget) budget="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --dry-run) dry=1; shift ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     -*) echo "gpu_window.sh: unknown option $1" >&2; exit 2 ;;
     *) out="$1"; shift ;;
   esac
