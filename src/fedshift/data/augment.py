@@ -17,6 +17,16 @@ the catalog datasets), not from the original file. It has two backends (``augmen
   against PIL's 8-bit kernels; ``docs/speed.md``), so ``auto`` picks ``batched`` on CUDA and
   ``pil`` on the CPU. (``torchvision.transforms.v2`` applied to a batch tensor draws one set
   of parameters for the whole batch, checked with torchvision 0.29, hence kornia.)
+- ``fused`` (:class:`FusedDomainBedAugment`): the same steps written as a few batched tensor
+  ops on the batch's device, without kornia's per-module overhead: the crop and the flip are
+  ONE affine grid per image (``F.affine_grid`` + ``F.grid_sample``, bilinear), the colour
+  jitter about 25 elementwise kernels for the whole batch, the grayscale one ``where``. The
+  parameters are torchvision's (crop drawn with RandomResizedCrop's rule, 10 tries then the
+  centre fallback, integer boxes), drawn on the CPU from the batch's seed with a generator of
+  their own (the global RNG is not touched), so a seed gives the same parameters on either
+  device. Pixels are computed in float32 on the 0-255 scale and rounded to uint8 once.
+  (``auto`` stays ``batched`` on CUDA until a GPU window has measured ``fused`` beside it:
+  ``benchmarks/speed/data_pipeline.py --parts augment``.)
 
 Deviation notes (``batched`` against torchvision's PIL path; the parameter ranges are the same):
 
@@ -39,6 +49,25 @@ Deviation notes (``batched`` against torchvision's PIL path; the parameter range
   reproducible within a backend, and switching backends changes a run's numbers. The
   parameters are drawn on the CPU for CUDA batches too, so a seed gives the same parameters
   on either device (pixels then differ by the devices' float rounding).
+
+Deviation notes (``fused`` against torchvision's path for the same parameters; the ranges
+are DomainBed's: scale 0.7-1, ratio 3/4-4/3, flip 0.5, jitter 0.3 each, grayscale 0.1):
+
+- ColorJitter's order is drawn once per batch (one ``randperm(4)`` from the batch's seed), as
+  the ``batched`` backend does, not once per image: each image's order is uniform over the
+  24 permutations across batches, but the images of one batch share it.
+- Float pixels rounded once at the end, as ``batched`` (PIL rounds after every step).
+- The crop's bilinear resize samples the source on the half-pixel grid with the sampling
+  points clamped to the crop's first and last pixel centres, which is what ``F.interpolate``
+  (``align_corners=False``, no antialiasing) does on the cropped image; the crop is never
+  larger than the image here (stored size in, stored size out), so antialiasing has nothing
+  to do. Only float rounding differs (a grey level at most, tested).
+- Hue is torchvision's HSV hue shift, computed with the closed HSV-to-RGB form (``v - v s
+  clamp(min(k, 4 - k), 0, 1)``) instead of the six-sector table: the same values up to float
+  rounding.
+- The draws use their own generator seeded with the batch's seed, not torchvision's or
+  kornia's samplers: runs are reproducible within the backend, and switching backends
+  changes a run's numbers.
 
 ``cifar`` is the CIFAR training augmentation of MOON's code (Li et al., CVPR 2021, and
 NIID-Bench before it): each image padded by 4 px with reflection, a random crop back to the
@@ -140,6 +169,182 @@ class BatchedDomainBedAugment:
         return self.apply(images, self.draw(images.shape, batch_seed(rng)))
 
 
+#: ITU-R 601-2 luma weights, as torchvision's ``rgb_to_grayscale``
+_LUMA = (0.2989, 0.587, 0.114)
+
+
+def _luma(x: torch.Tensor) -> torch.Tensor:
+    """Grey levels (N x 1 x H x W) of RGB ``x`` (N x 3 x H x W), torchvision's weights."""
+    return x[:, 0:1] * _LUMA[0] + x[:, 1:2] * _LUMA[1] + x[:, 2:3] * _LUMA[2]
+
+
+def _per_image(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """An (N,) CPU tensor as N x 1 x 1 x 1 on ``like``'s device and dtype."""
+    return values.to(device=like.device, dtype=like.dtype).view(-1, 1, 1, 1)
+
+
+class FusedDomainBedAugment:
+    """DomainBed's training augmentation as a few batched tensor ops on the batch's device:
+    crop and flip as one affine grid, colour jitter and grayscale elementwise; per-image
+    parameters drawn on the CPU from the batch's seed (deviations: module docstring).
+
+    The keyword arguments are the ranges (DomainBed's by default); a range of 0 (or a
+    probability of 0) skips that step, so ``scale=(1, 1), ratio=(1, 1), flip=0, brightness=0,
+    contrast=0, saturation=0, hue=0, grayscale=0`` is the identity on square images."""
+
+    def __init__(
+        self,
+        image_size: int,
+        *,
+        scale: tuple[float, float] = (0.7, 1.0),
+        ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+        flip: float = 0.5,
+        brightness: float = 0.3,
+        contrast: float = 0.3,
+        saturation: float = 0.3,
+        hue: float = 0.3,
+        grayscale: float = 0.1,
+    ) -> None:
+        self.image_size = int(image_size)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.flip = float(flip)
+        self.brightness, self.contrast = float(brightness), float(contrast)
+        self.saturation, self.hue = float(saturation), float(hue)
+        self.grayscale = float(grayscale)
+
+    # -- the draws (CPU) ------------------------------------------------------------------
+    def _crops(self, n: int, height: int, width: int, gen: torch.Generator) -> torch.Tensor:
+        """(left, top, width, height) per image, float64: torchvision's RandomResizedCrop
+        rule (10 tries of area and log-uniform ratio, then the centre fallback)."""
+        import math
+
+        tries = 10
+        area = height * width
+        low, high = self.scale
+        target = area * (
+            low + (high - low) * torch.rand(n, tries, generator=gen, dtype=torch.float64)
+        )
+        log_low, log_high = math.log(self.ratio[0]), math.log(self.ratio[1])
+        aspect = torch.exp(
+            log_low
+            + (log_high - log_low) * torch.rand(n, tries, generator=gen, dtype=torch.float64)
+        )
+        w = torch.sqrt(target * aspect).round()
+        h = torch.sqrt(target / aspect).round()
+        fits = (w > 0) & (w <= width) & (h > 0) & (h <= height)
+        first = fits.to(torch.int8).argmax(1, keepdim=True)  # the first try that fits
+        w, h = w.gather(1, first).squeeze(1), h.gather(1, first).squeeze(1)
+        position = torch.rand(n, 2, generator=gen, dtype=torch.float64)
+        top = torch.floor(position[:, 0] * (height - h + 1))
+        left = torch.floor(position[:, 1] * (width - w + 1))
+        fallback = ~fits.any(1)
+        if fallback.any():  # torchvision's fallback: the centre crop at the clamped ratio
+            in_ratio = width / height
+            if in_ratio < self.ratio[0]:
+                fw, fh = width, round(width / self.ratio[0])
+            elif in_ratio > self.ratio[1]:
+                fw, fh = round(height * self.ratio[1]), height
+            else:
+                fw, fh = width, height
+            w[fallback], h[fallback] = float(fw), float(fh)
+            top[fallback], left[fallback] = float((height - fh) // 2), float((width - fw) // 2)
+        return torch.stack([left, top, w, h], 1)
+
+    def draw(self, shape: torch.Size, seed: int) -> dict[str, torch.Tensor]:
+        """Every image's parameters for a batch of ``shape`` (N x C x H x W), on the CPU, from
+        a generator seeded with ``seed``: ``crop`` (left, top, width, height), ``flip``,
+        ``brightness``, ``contrast``, ``saturation``, ``hue``, ``grayscale`` and the batch's
+        jitter ``order`` (0-3: brightness, contrast, saturation, hue)."""
+        n, _, height, width = shape
+        gen = torch.Generator().manual_seed(int(seed))
+
+        def uniform(spread: float, centre: float) -> torch.Tensor:
+            values = torch.rand(n, generator=gen, dtype=torch.float64)
+            return centre - spread + 2 * spread * values
+
+        return {
+            "crop": self._crops(n, height, width, gen),
+            "flip": torch.rand(n, generator=gen) < self.flip,
+            "brightness": uniform(self.brightness, 1.0),
+            "contrast": uniform(self.contrast, 1.0),
+            "saturation": uniform(self.saturation, 1.0),
+            "hue": uniform(self.hue, 0.0),
+            "order": torch.randperm(4, generator=gen),
+            "grayscale": torch.rand(n, generator=gen) < self.grayscale,
+        }
+
+    # -- the pixels (the batch's device) ---------------------------------------------------
+    def _geometry(self, images: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Crop, resize to ``image_size`` and flip: one affine grid, one bilinear sample."""
+        import torch.nn.functional as F
+
+        n, channels, height, width = images.shape
+        left, top, w, h = params["crop"].unbind(1)
+        sign = 1.0 - 2.0 * params["flip"].to(torch.float64)
+        theta = torch.zeros(n, 2, 3, dtype=torch.float64)
+        theta[:, 0, 0] = sign * w / width
+        theta[:, 0, 2] = (2 * left + w) / width - 1
+        theta[:, 1, 1] = h / height
+        theta[:, 1, 2] = (2 * top + h) / height - 1
+        # the sampling points stay inside the crop's first and last pixel centres, as
+        # F.interpolate's do on the cropped image (normalized: pixel p at (2p + 1) / size - 1)
+        low = torch.stack([(2 * left + 1) / width - 1, (2 * top + 1) / height - 1], 1)
+        high = torch.stack([(2 * (left + w) - 1) / width - 1, (2 * (top + h) - 1) / height - 1], 1)
+        device = images.device
+        theta = theta.to(device=device, dtype=torch.float32)
+        low = low.to(device=device, dtype=torch.float32).view(n, 1, 1, 2)
+        high = high.to(device=device, dtype=torch.float32).view(n, 1, 1, 2)
+        size = (n, channels, self.image_size, self.image_size)
+        grid = F.affine_grid(theta, size, align_corners=False)
+        grid = torch.clamp(grid, low, high)
+        return F.grid_sample(
+            images.float(), grid, mode="bilinear", padding_mode="border", align_corners=False
+        )
+
+    @staticmethod
+    def _hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """torchvision's HSV hue shift (``adjust_hue``) by ``shift`` turns per image."""
+        top, argmax = x.max(1)  # the first maximal channel, as torchvision's ties go
+        delta = top - x.amin(1)
+        r, g, b = x.unbind(1)
+        safe = torch.where(delta > 0, delta, torch.ones_like(delta))
+        sector = torch.where(
+            argmax == 0,
+            (g - b) / safe,
+            torch.where(argmax == 1, (b - r) / safe + 2.0, (r - g) / safe + 4.0),
+        )
+        sector = sector + 6.0 * shift.view(-1, 1, 1)
+        offsets = torch.tensor([5.0, 3.0, 1.0], device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        k = torch.remainder(sector.unsqueeze(1) + offsets, 6.0)
+        weight = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
+        return top.unsqueeze(1) - delta.unsqueeze(1) * weight
+
+    def apply(self, images: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The augmentation with the drawn ``params`` on uint8 ``images``, on their device."""
+        x = self._geometry(images, params)  # float32, 0-255
+        for step in params["order"].tolist():
+            if step == 0 and self.brightness:
+                x = x.mul_(_per_image(params["brightness"], x)).clamp_(0.0, 255.0)
+            elif step == 1 and self.contrast:
+                mean = _luma(x).mean(dim=(1, 2, 3), keepdim=True)
+                x = x.sub_(mean).mul_(_per_image(params["contrast"], x)).add_(mean)
+                x = x.clamp_(0.0, 255.0)
+            elif step == 2 and self.saturation:
+                grey = _luma(x)
+                x = x.sub_(grey).mul_(_per_image(params["saturation"], x)).add_(grey)
+                x = x.clamp_(0.0, 255.0)
+            elif step == 3 and self.hue:
+                x = self._hue(x, params["hue"].to(device=x.device, dtype=x.dtype))
+        if bool(params["grayscale"].any()):
+            mask = params["grayscale"].to(x.device).view(-1, 1, 1, 1)
+            x = torch.where(mask, _luma(x).expand_as(x), x)
+        return x.round_().clamp_(0.0, 255.0).to(torch.uint8)
+
+    def __call__(self, images: torch.Tensor, rng: torch.Generator) -> torch.Tensor:
+        return self.apply(images, self.draw(images.shape, batch_seed(rng)))
+
+
 class CifarAugment:
     """Reflect-pad by ``padding`` px, random crop to the stored size, random horizontal flip;
     offsets and flips are drawn from the client's generator."""
@@ -182,7 +387,7 @@ def resolve_augment_backend(backend: str, device: torch.device) -> str:
 
 def build_augment(name: str, image_size: int, channels: int, backend: str) -> Augment | None:
     """The batch augmentation ``name`` (already resolved) for images of that size, or None;
-    ``backend`` (resolved: ``batched`` or ``pil``) picks DomainBed's implementation."""
+    ``backend`` (resolved: ``batched``, ``fused`` or ``pil``) picks DomainBed's implementation."""
     if name == "none":
         return None
     if channels != 3:
@@ -199,4 +404,6 @@ def build_augment(name: str, image_size: int, channels: int, backend: str) -> Au
         return augment
     if backend == "batched":
         return BatchedDomainBedAugment(image_size)
+    if backend == "fused":
+        return FusedDomainBedAugment(image_size)
     return DomainBedAugment(image_size)
