@@ -183,7 +183,7 @@ def _rgb_dataset() -> DomainDataset:
     return DomainDataset("rgb", domains, ["w", "x", "y", "z"], 3, 32, meta)
 
 
-@pytest.mark.parametrize("backend", ["batched", "pil"])
+@pytest.mark.parametrize("backend", ["batched", "fused", "pil"])
 def test_one_round_run_with_each_backend(backend, tmp_path):
     settings = ["rounds=1", "batch_size=8", "device=cpu", "target=c", "threads=1"]
     settings += ["augment=domainbed", f"augment_backend={backend}", "tracking=none"]

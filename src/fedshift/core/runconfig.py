@@ -63,7 +63,7 @@ VECTORIZE: tuple[str, ...] = typing.get_args(Vectorize)
 Augment = Literal["auto", "none", "domainbed", "cifar"]
 AUGMENTS: tuple[str, ...] = typing.get_args(Augment)
 #: where ``augment=domainbed`` runs (``RunConfig.augment_backend``, :mod:`fedshift.data.augment`)
-AugmentBackend = Literal["auto", "batched", "pil"]
+AugmentBackend = Literal["auto", "batched", "fused", "pil"]
 AUGMENT_BACKENDS: tuple[str, ...] = typing.get_args(AugmentBackend)
 #: input normalizations a backbone can expect (:mod:`fedshift.models.base`): ``symmetric`` is
 #: fedshift's [-1, 1] input as is; ``imagenet`` re-normalizes it with ImageNet's mean and std,
@@ -251,8 +251,9 @@ class RunConfig:
     )
     augment_backend: AugmentBackend = key(
         "auto",
-        "where augment=domainbed runs: batched (kornia, whole batches on the run's device), pil "
-        "(image by image, as DomainBed); auto: batched on CUDA, pil on the CPU",
+        "where augment=domainbed runs: batched (kornia, whole batches on the run's device), fused "
+        "(crop and flip as one affine grid, jitter as batched tensor ops, on the run's device), "
+        "pil (image by image, as DomainBed); auto: batched on CUDA, pil on the CPU",
         group="data",
     )
     client_data_fraction: float | str = key(
