@@ -96,6 +96,13 @@ def micro_digits(digits) -> DomainDataset:
     return shrink(digits, train=48, val=16, test=16)
 
 
+@pytest.fixture(scope="session")
+def nano_digits(digits) -> DomainDataset:
+    """32 train images a domain, one batch per client: for checks that need a real training
+    loop but as few steps as possible (bf16 on a CPU without native bf16 is ~9x fp32)."""
+    return shrink(digits, train=32, val=16, test=16)
+
+
 def _split(per_class: int, seed: int) -> Split:
     gen = torch.Generator().manual_seed(seed)
     y = torch.arange(CLASSES).repeat_interleave(per_class)

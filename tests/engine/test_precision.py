@@ -22,10 +22,11 @@ from fedshift.engine.compute import resolve_precision
 from fedshift.engine.run.runner import Runner
 from fedshift.pretrain import pretrain
 
-#: the largest |target accuracy (bf16) - target accuracy (fp32)| accepted after 2 rounds on
-#: the tiny digits task (96 train images a domain, 32 test): one class of the 32 test images
-#: flipping moves accuracy by ~0.03; bf16 rounding changes the trajectory, not the method
-ACCURACY_TOLERANCE = 0.15
+#: the largest relative difference between the first round's train loss under bf16 and under
+#: fp32 from the same start: bf16 keeps ~3 significant digits, so one or two steps move the
+#: loss by well under 1 %; a loop that trains wrongly under autocast (or not at all) moves it
+#: by far more. The loss is a sharper check than accuracy on a handful of test images.
+LOSS_TOLERANCE = 0.05
 
 
 def config(algorithm: str, tmp_path, dataset, **overrides):
@@ -54,30 +55,36 @@ def run(tmp_path, name, algorithm, dataset, *, resume=False, stop_after=None, **
 
 
 @pytest.mark.parametrize("algorithm", list(REGISTRY))
-def test_every_algorithm_trains_under_bf16(algorithm, tmp_path, tiny_digits):
-    """One round with ``precision=bf16`` on the tiny digits task: finite losses, fp32
-    checkpointed weights, and target accuracy within ``ACCURACY_TOLERANCE`` (0.15) of the
-    same run in fp32 (the resume and the later rounds under bf16 are tested with FedAvg
-    below; every algorithm's rounds beyond the first in tests/test_contract.py)."""
-    fp32, _ = run(tmp_path, "fp32", algorithm, tiny_digits, rounds=1)
-    bf16, runner = run(tmp_path, "bf16", algorithm, tiny_digits, precision="bf16", rounds=1)
+def test_every_algorithm_trains_under_bf16(algorithm, tmp_path, nano_digits):
+    """One round with ``precision=bf16``: the contexts carry bf16, losses are finite, the
+    first round's train loss is within ``LOSS_TOLERANCE`` of the same run's in fp32, and the
+    checkpointed weights stay fp32 (the resume and the later rounds under bf16 are tested
+    with FedAvg below; every algorithm's rounds beyond the first in tests/test_contract.py)."""
+    fp32, _ = run(tmp_path, "fp32", algorithm, nano_digits, rounds=1, batch_size=32)
+    bf16, runner = run(
+        tmp_path, "bf16", algorithm, nano_digits, precision="bf16", rounds=1, batch_size=32
+    )
     assert runner.exp.precision == MixedPrecision("bf16", "cpu")
     assert all(ctx.precision.name == "bf16" for ctx in runner.exp.contexts.values())
     assert bf16["failed_clients"] == 0, runner.fed.failures
-    for entry in read_history(tmp_path / "bf16"):
-        assert math.isfinite(entry["train_loss"]), entry
-    assert abs(bf16["target_accuracy"] - fp32["target_accuracy"]) <= ACCURACY_TOLERANCE
+    (low,) = read_history(tmp_path / "bf16")
+    (full,) = read_history(tmp_path / "fp32")
+    assert math.isfinite(low["train_loss"]), low
+    assert low["train_loss"] != full["train_loss"]  # autocast reached the training loop
+    assert abs(low["train_loss"] - full["train_loss"]) <= LOSS_TOLERANCE * abs(
+        full["train_loss"]
+    ), (low["train_loss"], full["train_loss"])
     ckpt = load_checkpoint(tmp_path / "bf16" / "checkpoint.pt")
     for name, tensor in ckpt["server"]["model"].items():
         if tensor.is_floating_point():
             assert tensor.dtype == torch.float32, name
 
 
-def test_bf16_resume_is_bit_exact(tmp_path, tiny_digits):
+def test_bf16_resume_is_bit_exact(tmp_path, nano_digits):
     """A bf16 run stopped after round 1 and resumed ends exactly like a straight one."""
-    straight, _ = run(tmp_path, "a", "fedavg", tiny_digits, precision="bf16")
-    assert run(tmp_path, "b", "fedavg", tiny_digits, precision="bf16", stop_after=1)[0] == {}
-    resumed, _ = run(tmp_path, "b", "fedavg", tiny_digits, precision="bf16", resume=True)
+    straight, _ = run(tmp_path, "a", "fedavg", nano_digits, precision="bf16")
+    assert run(tmp_path, "b", "fedavg", nano_digits, precision="bf16", stop_after=1)[0] == {}
+    resumed, _ = run(tmp_path, "b", "fedavg", nano_digits, precision="bf16", resume=True)
     assert resumed["target_accuracy"] == straight["target_accuracy"]
     first = load_checkpoint(tmp_path / "a" / "checkpoint.pt")["server"]["model"]
     second = load_checkpoint(tmp_path / "b" / "checkpoint.pt")["server"]["model"]
@@ -90,10 +97,10 @@ def test_bf16_resume_is_bit_exact(tmp_path, tiny_digits):
     # fp16 convolutions are slow on a CPU (minutes for Ditto's two models): Ditto is slow-tier
     ["fedavg", pytest.param("ditto", marks=pytest.mark.slow)],
 )
-def test_fp16_on_the_cpu_trains_with_a_loss_scaler(algorithm, tmp_path, tiny_digits):
+def test_fp16_on_the_cpu_trains_with_a_loss_scaler(algorithm, tmp_path, nano_digits):
     """torch autocasts to fp16 on the CPU; ``fit`` and the loops of their own (Ditto's)
     scale the loss, and a 1-round run ends with finite losses."""
-    summary, _ = run(tmp_path, "fp16", algorithm, tiny_digits, precision="fp16", rounds=1)
+    summary, _ = run(tmp_path, "fp16", algorithm, nano_digits, precision="fp16", rounds=1)
     assert summary["failed_clients"] == 0
     for entry in read_history(tmp_path / "fp16"):
         assert math.isfinite(entry["train_loss"]), entry
