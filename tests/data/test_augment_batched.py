@@ -14,6 +14,7 @@ from fedshift.core.errors import ConfigError
 from fedshift.data.augment import (
     BatchedDomainBedAugment,
     DomainBedAugment,
+    FusedDomainBedAugment,
     build_augment,
     resolve_augment_backend,
 )
@@ -123,8 +124,9 @@ def test_pixels_follow_torchvision_for_the_drawn_parameters():
         assert difference.max() <= 2 and difference.mean() < 0.05, i
 
 
-def test_seeded_by_the_client_generator_only():
-    augment = BatchedDomainBedAugment(32)
+@pytest.mark.parametrize("backend", [BatchedDomainBedAugment, FusedDomainBedAugment])
+def test_seeded_by_the_client_generator_only(backend):
+    augment = backend(32)
     images = _images(8, 32)
     torch.manual_seed(5)
     global_state = torch.get_rng_state()
