@@ -86,3 +86,18 @@ def test_every_experiment_folder_is_complete():
         assert prefix["rounds"] and prefix["command"].startswith("fedshift ")
         readme = (folder / "README.md").read_text()
         assert f"<!-- experiment:prefix {name} -->" in readme, f"{name}: README lacks its prefix"
+
+
+def test_every_script_a_run_sh_names_exists():
+    """A moved benchmark script breaks an experiment's command silently until someone re-measures
+    it; every ``benchmarks/...`` path a ``run.sh`` names (directly or through ``$bench``) must
+    exist."""
+    import re
+
+    named = re.compile(r"(?:benchmarks|\$bench)/([\w./-]+\.(?:sh|py))")
+    for name in NAMES:
+        script = (ROOT / "experiments" / name / "run.sh").read_text()
+        for relative in named.findall(script):
+            assert (ROOT / "benchmarks" / relative).is_file(), (
+                f"experiments/{name}/run.sh names benchmarks/{relative}, which does not exist"
+            )
