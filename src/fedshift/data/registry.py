@@ -52,7 +52,8 @@ def _resize_split(split: Split, size: int) -> Split:
     return Split(x=x, y=split.y, mask=mask)
 
 
-def _resized(ds: DomainDataset, size: int) -> DomainDataset:
+def resized(ds: DomainDataset, size: int) -> DomainDataset:
+    """``ds`` with every split resized to ``size`` px (itself when it has that size already)."""
     if size == ds.image_size:
         return ds
     domains = {
@@ -148,14 +149,14 @@ def _from_registry(key: str, options: LoadOptions) -> DomainDataset | None:
     ds = load_custom_dataset(key, seed=options.seed)
     if ds is None or options.image_size is None:
         return ds
-    return _resized(ds, options.image_size)
+    return resized(ds, options.image_size)
 
 
 def _embedded(key: str, options: LoadOptions) -> DomainDataset | None:
     if key not in DATASETS:
         return None
     ds = digits.load_digits_dg(cache_dir=options.cache_dir)
-    return ds if options.image_size is None else _resized(ds, options.image_size)
+    return ds if options.image_size is None else resized(ds, options.image_size)
 
 
 def _from_folder(key: str, options: LoadOptions) -> DomainDataset | None:

@@ -33,6 +33,7 @@ from fedshift.data.augment import (
 )
 from fedshift.data.catalog.elcfs import SETS as SEGMENTATION_SETS
 from fedshift.data.domains import DomainDataset
+from fedshift.data.registry import resized
 from fedshift.engine.compute import (
     check_compile,
     resolve_device,
@@ -369,6 +370,8 @@ def prepare(
         if cfg.problem != "segmentation" and cfg.dataset.split(":")[0] in SEGMENTATION_SETS:
             raise ConfigError(segmentation_only(cfg.dataset.split(":")[0]))
         dataset = load_config_dataset(cfg, cache_dir)
+    elif cfg.image_size and cfg.image_size != dataset.image_size:
+        dataset = resized(dataset, cfg.image_size)  # as load_dataset resizes a loaded one
     if dataset.meta.get("problem") == "segmentation" and cfg.problem != "segmentation":
         raise ConfigError(segmentation_only(dataset.name))
     algo_cls = REGISTRY[cfg.algorithm]
