@@ -15,6 +15,7 @@ from helpers import CLASSES
 
 from fedshift.core.context import TrainConfig
 from fedshift.data.domains import Domain, DomainDataset, Split
+from fedshift.data.registry import resized
 from fedshift.pretrain import pretrain
 
 # pytest's default ``prepend`` import mode puts only a test file's own folder (and this one) on
@@ -101,6 +102,24 @@ def nano_digits(digits) -> DomainDataset:
     """32 train images a domain, one batch per client: for checks that need a real training
     loop but as few steps as possible (bf16 on a CPU without native bf16 is ~9x fp32)."""
     return shrink(digits, train=32, val=16, test=16)
+
+
+#: the side, in pixels, of the registry-wide checks' images (tests/test_contract.py and the
+#: bf16 checks): they check behaviour, not accuracy, and every convolution at 16 px costs a
+#: quarter of 32 px's (the contract's runs ~3x cheaper)
+BEHAVIOUR_PX = 16
+
+
+@pytest.fixture(scope="session")
+def tiny16_digits(tiny_digits) -> DomainDataset:
+    """``tiny_digits`` resized to ``BEHAVIOUR_PX``."""
+    return resized(tiny_digits, BEHAVIOUR_PX)
+
+
+@pytest.fixture(scope="session")
+def nano16_digits(nano_digits) -> DomainDataset:
+    """``nano_digits`` resized to ``BEHAVIOUR_PX``."""
+    return resized(nano_digits, BEHAVIOUR_PX)
 
 
 def _split(per_class: int, seed: int) -> Split:

@@ -35,10 +35,10 @@ STATE = {
 
 
 @pytest.mark.parametrize("algorithm", list(STATE))
-def test_server_and_client_state_resume_bit_for_bit(algorithm, tmp_path, tiny_digits):
-    run(tmp_path, "whole", algorithm, tiny_digits, rounds=2)
-    run(tmp_path, "resumed", algorithm, tiny_digits, rounds=2, stop_after=1)
-    run(tmp_path, "resumed", algorithm, tiny_digits, rounds=2, resume=True)
+def test_server_and_client_state_resume_bit_for_bit(algorithm, tmp_path, tiny16_digits):
+    run(tmp_path, "whole", algorithm, tiny16_digits, rounds=2)
+    run(tmp_path, "resumed", algorithm, tiny16_digits, rounds=2, stop_after=1)
+    run(tmp_path, "resumed", algorithm, tiny16_digits, rounds=2, resume=True)
     whole = load_checkpoint(tmp_path / "whole" / "checkpoint.pt")
     resumed = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")
     server_keys, client_keys = STATE[algorithm]

@@ -213,13 +213,15 @@ AVERAGING = [
 
 
 @pytest.mark.parametrize("algorithm", AVERAGING)
-def test_every_averaging_algorithm_combines_through_the_runs_rule(algorithm, tmp_path, tiny_digits):
+def test_every_averaging_algorithm_combines_through_the_runs_rule(
+    algorithm, tmp_path, tiny16_digits
+):
     settings = {
-        **backbone_settings(REGISTRY[algorithm], tmp_path, tiny_digits),
+        **backbone_settings(REGISTRY[algorithm], tmp_path, tiny16_digits),
         **FAST_SETTINGS.get(algorithm, {}),
         "rounds": 1,
     }
-    exp = prepare(make_cfg(algorithm, **settings), dataset=tiny_digits)
+    exp = prepare(make_cfg(algorithm, **settings), dataset=tiny16_digits)
     counting = CountingAggregator("median")
     exp.algorithm.run = dataclasses.replace(exp.algorithm.run, aggregator=counting)
     Runner(exp, tmp_path / "run", progress=False).run()

@@ -160,13 +160,13 @@ def assert_same_state(a, b):
 ACCURACIES = ("target_accuracy", "target_accuracy_last", "source_val_accuracy")
 
 
-def test_resume_from_the_previous_checkpoint_is_bit_identical(tmp_path, tiny_digits, caplog):
-    straight = run(tmp_path, "a", "fedavg", tiny_digits, 3)
-    assert run(tmp_path, "b", "fedavg", tiny_digits, 3, stop_after=2) == {}
+def test_resume_from_the_previous_checkpoint_is_bit_identical(tmp_path, tiny16_digits, caplog):
+    straight = run(tmp_path, "a", "fedavg", tiny16_digits, 3)
+    assert run(tmp_path, "b", "fedavg", tiny16_digits, 3, stop_after=2) == {}
     flip_two_bytes(tmp_path / "b" / "checkpoint.pt", 0.6)
     (tmp_path / "b" / "checkpoint.pt.k1ll3d00.tmp").write_bytes(b"half a checkpoint")
     with caplog.at_level(logging.WARNING):
-        resumed = run(tmp_path, "b", "fedavg", tiny_digits, 3, resume=True)
+        resumed = run(tmp_path, "b", "fedavg", tiny16_digits, 3, resume=True)
     assert any("(round 1) instead" in r.getMessage() for r in caplog.records)
     for key in ACCURACIES:
         assert resumed[key] == straight[key], key
@@ -179,11 +179,11 @@ def test_resume_from_the_previous_checkpoint_is_bit_identical(tmp_path, tiny_dig
     )
 
 
-def test_resume_on_other_client_data_is_refused_and_writes_nothing(tmp_path, tiny_digits):
+def test_resume_on_other_client_data_is_refused_and_writes_nothing(tmp_path, tiny16_digits):
     """A run whose clients held other data (a changed copy, or a fedshift that splits it
     otherwise, e.g. a held-out test part where the whole domain was tested) is not
     continued on today's data: one line naming the first client that differs."""
-    assert run(tmp_path, "b", "fedavg", tiny_digits, 3, stop_after=2) == {}
+    assert run(tmp_path, "b", "fedavg", tiny16_digits, 3, stop_after=2) == {}
     config_file = tmp_path / "b" / "config.json"
     config = json.loads(config_file.read_text())
     config["run_info"]["clients"][1]["test"] += 7  # the run's client 1 was tested on more
@@ -194,19 +194,19 @@ def test_resume_on_other_client_data_is_refused_and_writes_nothing(tmp_path, tin
 
     kept = files()
     with pytest.raises(CheckpointError, match=r"clients' data differ from the run's \(client 1"):
-        run(tmp_path, "b", "fedavg", tiny_digits, 3, resume=True)
+        run(tmp_path, "b", "fedavg", tiny16_digits, 3, resume=True)
     assert files() == kept
     del config["run_info"]["clients"]  # a config.json without the list is not checked
     config_file.write_text(json.dumps(config))
-    assert run(tmp_path, "b", "fedavg", tiny_digits, 3, resume=True)["rounds"] == 3
+    assert run(tmp_path, "b", "fedavg", tiny16_digits, 3, resume=True)["rounds"] == 3
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "ditto", "fedproto", "moon"])
-def test_extending_a_finished_run_equals_a_straight_longer_run(tmp_path, tiny_digits, algorithm):
-    straight = run(tmp_path, "straight", algorithm, tiny_digits, 3)
-    first = run(tmp_path, "extended", algorithm, tiny_digits, 2)
+def test_extending_a_finished_run_equals_a_straight_longer_run(tmp_path, tiny16_digits, algorithm):
+    straight = run(tmp_path, "straight", algorithm, tiny16_digits, 3)
+    first = run(tmp_path, "extended", algorithm, tiny16_digits, 2)
     assert first["rounds"] == 2
-    extended = run(tmp_path, "extended", algorithm, tiny_digits, 3, resume=True)
+    extended = run(tmp_path, "extended", algorithm, tiny16_digits, 3, resume=True)
     assert extended["rounds"] == 3
     for key in ACCURACIES:
         assert extended[key] == straight[key], key

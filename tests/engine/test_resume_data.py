@@ -85,36 +85,36 @@ def run(tmp_path, dataset, rounds, **kw):
     return runner.run(**kw)
 
 
-def test_resume_refuses_a_domain_whose_data_changed_unless_forced(tmp_path, tiny_digits, caplog):
-    assert run(tmp_path, tiny_digits, 2, stop_after=1) == {}
+def test_resume_refuses_a_domain_whose_data_changed_unless_forced(tmp_path, tiny16_digits, caplog):
+    assert run(tmp_path, tiny16_digits, 2, stop_after=1) == {}
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     digests = config["run_info"]["data_digests"]
-    assert sorted(digests) == sorted(tiny_digits.domains)
+    assert sorted(digests) == sorted(tiny16_digits.domains)
     assert all(len(d) == 32 and int(d, 16) >= 0 for d in digests.values())
-    mnistm = tiny_digits.domain("mnistm").train
+    mnistm = tiny16_digits.domain("mnistm").train
     replaced = mnistm.x[:].clone()
     replaced[7] = replaced[8]  # one image's content replaced: same sizes everywhere
-    changed = with_domain(tiny_digits, "mnistm", Split(x=replaced, y=mnistm.y))
+    changed = with_domain(tiny16_digits, "mnistm", Split(x=replaced, y=mnistm.y))
     kept = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir() if p.is_file()}
     with pytest.raises(CheckpointError, match=r"^cannot resume: the data of domain 'mnistm'"):
         run(tmp_path, changed, 2, resume=True)
     assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir() if p.is_file()} == kept
     grown = Split(x=torch.cat([mnistm.x[:], mnistm.x[:1]]), y=torch.cat([mnistm.y, mnistm.y[:1]]))
     with pytest.raises(CheckpointError, match=r"data of domain 'mnistm' changed since"):
-        run(tmp_path, with_domain(tiny_digits, "mnistm", grown), 2, resume=True)
-    target = tiny_digits.domain("optdigits")  # no client trains on it: it is only scored
+        run(tmp_path, with_domain(tiny16_digits, "mnistm", grown), 2, resume=True)
+    target = tiny16_digits.domain("optdigits")  # no client trains on it: it is only scored
     relabeled = Split(x=target.test.x, y=(target.test.y + 1) % 10)
     domains = {
-        **tiny_digits.domains,
+        **tiny16_digits.domains,
         "optdigits": Domain("optdigits", target.train, target.val, relabeled),
     }
     rescored = DomainDataset(
-        tiny_digits.name,
+        tiny16_digits.name,
         domains,
-        tiny_digits.classes,
-        tiny_digits.channels,
-        tiny_digits.image_size,
-        dict(tiny_digits.meta),
+        tiny16_digits.classes,
+        tiny16_digits.channels,
+        tiny16_digits.image_size,
+        dict(tiny16_digits.meta),
     )
     with pytest.raises(CheckpointError, match="data of domain 'optdigits' changed"):
         run(tmp_path, rescored, 2, resume=True)
@@ -124,7 +124,7 @@ def test_resume_refuses_a_domain_whose_data_changed_unless_forced(tmp_path, tiny
     # config.json now records the data the run went on with: the next resume compares to it
     assert run(tmp_path, changed, 3, resume=True)["rounds"] == 3
     with pytest.raises(CheckpointError, match="domain 'mnistm'"):
-        run(tmp_path, tiny_digits, 4, resume=True)
+        run(tmp_path, tiny16_digits, 4, resume=True)
 
 
 def write_png(path, colour) -> None:

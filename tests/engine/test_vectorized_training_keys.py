@@ -114,10 +114,10 @@ def test_a_refused_training_key_keeps_auto_on_cuda_sequential():
 
 
 @pytest.mark.parametrize("key", section_keys("training"))
-def test_each_training_key_is_honoured_or_falls_back(tiny_digits, caplog, key):
+def test_each_training_key_is_honoured_or_falls_back(tiny16_digits, caplog, key):
     settings = {key: OTHER_VALUE[key], "vectorize": "on"}
-    sequential = first_call(experiment(tiny_digits, **settings), vectorize=False)
-    exp = experiment(tiny_digits, **settings)
+    sequential = first_call(experiment(tiny16_digits, **settings), vectorize=False)
+    exp = experiment(tiny16_digits, **settings)
     reason = TRAINING_KEYS[key](OTHER_VALUE[key])
     caplog.clear()
     with caplog.at_level(logging.WARNING):
@@ -126,7 +126,7 @@ def test_each_training_key_is_honoured_or_falls_back(tiny_digits, caplog, key):
     if reason is None:
         assert "run sequentially" not in caplog.text
         # the same order as a kernel change's drift, within 2x (see test_vectorized.py)
-        bound = max(TOLERANCE, 2.0 * kernel_change(tiny_digits, settings, sequential))
+        bound = max(TOLERANCE, 2.0 * kernel_change(tiny16_digits, settings, sequential))
         worst = max(max_difference(sequential[c].arrays, together[c].arrays) for c in sequential)
         assert 0 < worst <= bound, (key, worst, bound)  # 0: the clients ran one by one
     else:  # fell back: the very same sequential computation, and one line says why
@@ -147,7 +147,7 @@ TIMES = {"cpu_seconds", "seconds"}
 
 
 @pytest.mark.parametrize("settings", [{}, {"algorithm": "fedprox", "algo.mu": 0.5}])
-def test_vectorized_and_sequential_runs_agree_round_by_round(tiny_digits, tmp_path, settings):
+def test_vectorized_and_sequential_runs_agree_round_by_round(tiny16_digits, tmp_path, settings):
     """Two rounds of a whole run with vectorize=on and off: each round's training loss
     within TOLERANCE and every other figure (accuracies, bytes, failures) equal; the final
     global weights within TOLERANCE."""
@@ -156,7 +156,7 @@ def test_vectorized_and_sequential_runs_agree_round_by_round(tiny_digits, tmp_pa
     lines, models = {}, {}
     for mode in ("off", "on"):
         cfg = resolve(None, options, ["device=cpu", "threads=1", f"vectorize={mode}"])
-        _, out = run_experiment(cfg, tmp_path / mode, progress=False, dataset=tiny_digits)
+        _, out = run_experiment(cfg, tmp_path / mode, progress=False, dataset=tiny16_digits)
         lines[mode] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
         models[mode] = load_checkpoint(out / "checkpoint.pt")["server"]["model"]
     assert [x["round"] for x in lines["on"]] == [x["round"] for x in lines["off"]] == [1, 2]

@@ -51,6 +51,9 @@ def test_preset_partition_is_the_official_one(mnist_root, tmp_path):
         assert test_classes.tolist() == classes.tolist() and set(per_class.tolist()) == {40}
 
 
+# a does-it-learn run (~70 s); the default tier reruns the preset's first round bit for bit
+# (tests/experiments, prefix of experiments/fedproto-mnist)
+@pytest.mark.slow
 def test_three_rounds_of_the_preset_learn(mnist_root, tmp_path):
     out = tmp_path / "run"
     args = ["run", "--preset", "fedproto-mnist", "--set", f"data_root={mnist_root}"]
