@@ -9,16 +9,12 @@ import sys
 import tarfile
 from pathlib import Path
 
-import pytest
 from test_catalog_loaders import _pacs_tree
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "gpu_window.sh"
 STEPS = ("gpu-tests", "throughput", "vmap", "resnet", "input", "pacs", "pacs-table", "uda")
 
 
-# every step of the window on the CPU: ~2 minutes, slow tier; run it before a GPU window
-# (`python -m pytest -m slow tests/benchmarks/test_gpu_window.py`, benchmarks/README.md)
-@pytest.mark.slow
 def test_gpu_window_dry_run_exercises_every_step(tmp_path, digits_cache):
     pacs = tmp_path / "PACS"
     _pacs_tree(pacs)
