@@ -146,7 +146,8 @@ def test_python_m_fedshift_cli_runs_the_command():
 
 def test_toml_config_and_set_override(in_tmp, capsys):
     (in_tmp / "exp.toml").write_text(
-        'algorithm = "fedprox"\nrounds = 1\ntarget = "optdigits"\n[algo]\nmu = 0.5\n'
+        'algorithm = "fedprox"\nrounds = 1\ntarget = "optdigits"\nclient_data_fraction = 0.05\n'
+        "[algo]\nmu = 0.5\n"
     )
     code = main(
         [
