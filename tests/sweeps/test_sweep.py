@@ -19,7 +19,7 @@ from fedshift.report.selection import points_table, selection_markdown, selectio
 from fedshift.sweeps import parse_grid, plan, sweep
 
 #: a run of a few seconds: a twentieth of each client's data, one thread, no loggers
-TINY = ["client_data_fraction=0.05", "device=cpu", "threads=1", "tracking=none"]
+TINY = ["client_data_fraction=0.05", "device=cpu", "threads=1", "tracking=none", "image_size=16"]
 
 
 def without_timing(rows):
