@@ -26,6 +26,7 @@ from fedshift.engine.run.runner import run_experiment
 
 #: a short run's options (as tests/cli/test_cli_errors.py uses)
 TINY = ["--rounds", "1", "--quiet", "--set", "device=cpu", "--set", "threads=1"]
+TINY += ["--set", "client_data_fraction=0.05", "--set", "image_size=16"]
 
 #: every writing option of every command, and the command line in front of it; RUN is the run
 #: directory of the ``run_dir`` fixture
