@@ -18,9 +18,10 @@ silently describes code that no longer exists.
 
 Rendered blocks sit between ``<!-- experiment:KIND NAME [ARGS] -->`` and
 ``<!-- /experiment -->`` in Markdown files: ``table`` (``fedshift report`` of the stored runs,
-ARGS passed to it), ``prefix`` (the prefix's command and per-round values) and ``index``
-(every experiment with its status). ``render --check`` fails when a block and its stored
-summaries disagree.
+ARGS passed to it), ``file`` (a file stored in the experiment's folder, as a script printed
+it from runs whose checkpoints are not stored: ``<!-- experiment:file NAME runs/FILE -->``),
+``prefix`` (the prefix's command and per-round values) and ``index`` (every experiment with its
+status). ``render --check`` fails when a block and its stored summaries disagree.
 """
 
 from __future__ import annotations
@@ -187,6 +188,15 @@ def render_table(name: str, args: str) -> str:
     return done.stdout.strip() + "\n"
 
 
+def render_file(name: str, relative: str) -> str:
+    """A stored file of the experiment, verbatim (it may not leave the experiment's folder)."""
+    folder = (EXPERIMENTS / name).resolve()
+    path = (folder / relative).resolve()
+    if folder not in path.parents or not path.is_file():
+        raise ExperimentError(f"experiments/{name}/{relative} is not a file of the experiment")
+    return path.read_text().strip() + "\n"
+
+
 def render_prefix(name: str) -> str:
     prefix = load_prefix(name)
     keys = prefix.get("show", ["train_loss", "source_val_accuracy", "target_accuracy"])
@@ -222,6 +232,8 @@ def render_text(text: str) -> str:
         name, _, rest = args.partition(" ")
         if kind == "table":
             body = render_table(name, rest)
+        elif kind == "file":
+            body = render_file(name, rest)
         elif kind == "prefix":
             body = render_prefix(name)
         elif kind == "index":

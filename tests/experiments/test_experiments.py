@@ -101,3 +101,19 @@ def test_every_script_a_run_sh_names_exists():
             assert (ROOT / "benchmarks" / relative).is_file(), (
                 f"experiments/{name}/run.sh names benchmarks/{relative}, which does not exist"
             )
+
+
+def test_a_file_block_inlines_a_stored_file_of_its_experiment_only(tmp_path, monkeypatch):
+    folder = tmp_path / "demo"
+    (folder / "runs").mkdir(parents=True)
+    (folder / "runs" / "table.md").write_text("| a |\n|---|\n| 1 |\n")
+    (tmp_path / "secret.txt").write_text("outside\n")
+    monkeypatch.setattr(experiments, "EXPERIMENTS", tmp_path)
+    text = "x\n<!-- experiment:file demo runs/table.md -->\nold\n<!-- /experiment -->\ny\n"
+    assert experiments.render_text(text) == (
+        "x\n<!-- experiment:file demo runs/table.md -->\n| a |\n|---|\n| 1 |\n"
+        "<!-- /experiment -->\ny\n"
+    )
+    for relative in ("../secret.txt", "runs/missing.md"):
+        with pytest.raises(experiments.ExperimentError, match="is not a file of the experiment"):
+            experiments.render_text(text.replace("runs/table.md", relative))
