@@ -16,6 +16,7 @@ server's final prototypes from ``checkpoint.pt``, and prints both.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -80,6 +81,7 @@ def main() -> None:
         "mean ± std of running ratios | head alone |"
     )
     print("|---|---|---|---|")
+    by_ways: dict[str, list[tuple[float, float, float]]] = {}
     for run, counts in zip(args.runs, all_counts, strict=True):
         own = [100 * g / t for _, g, t in counts]
         running = official_running_ratios(counts)
@@ -87,6 +89,21 @@ def main() -> None:
         print(
             f"| {run.name} | {statistics.mean(own):.2f} ± {statistics.stdev(own):.2f} "
             f"| {np.mean(running):.2f} ± {np.std(running):.2f} | {head_only:.2f} |"
+        )
+        named = re.fullmatch(r"n(\d+)-s\d+", run.name)  # the runs of fedproto_mnist.sh
+        if named:
+            by_ways.setdefault(named[1], []).append(
+                (statistics.mean(own), float(np.mean(running)), head_only)
+            )
+    for ways, rows in by_ways.items():  # mean ± std over seeds, where a ways has several
+        if len(rows) < 2:
+            continue
+        own, running, heads = (list(column) for column in zip(*rows, strict=True))
+        print(
+            f"| **n = {ways}, {len(rows)} seeds** (mean ± std over seeds) "
+            f"| {statistics.mean(own):.2f} ± {statistics.stdev(own):.2f} "
+            f"| **{statistics.mean(running):.2f} ± {statistics.stdev(running):.2f}** "
+            f"| {statistics.mean(heads):.2f} |"
         )
 
 

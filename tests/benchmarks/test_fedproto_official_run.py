@@ -51,6 +51,29 @@ def test_the_printed_final_figures_are_recorded_per_seed(tmp_path):
     assert rows[0]["without_protos_mean"] == 0.97
     assert (out / "data" / "mnist" / "MNIST" / "raw" / FILES[0]).read_bytes() == b"idx"
     assert "n = 4, seed 1: with protos 98.00 ± 0.25" in done.stdout
+    table = (out / "official.md").read_text()
+    assert "| 4 | 2 | 0 | 98.00 ± 0.25 | 97.00 |" in table
+    assert "| **4** | 2 | 2 seeds | **98.00 ± 0.00** (over seeds) | | |" in table
+
+
+def test_a_hand_run_log_is_recorded_with_its_gnu_time_line(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "n3-s5.log").write_text(
+        "For all users (with protos), mean of test acc is 0.97950, std of test acc is 0.00519\n"
+        "For all users (w/o protos), mean of test acc is 0.97984, std of test acc is 0.00542\n"
+        "cpu_user=820.73 cpu_sys=2.22 wall=1184.65\n"
+    )
+    (out / "n3-s6.log").write_text("| Global Training Round : 40 |\n")  # stopped early
+    checkout = tmp_path / "FedProto"
+    (checkout / "exps").mkdir(parents=True)
+    (checkout / "exps" / "federated_main.py").write_text("raise SystemExit('must not run')")
+    done = run(checkout, tmp_path / "no-mnist-needed", out, "--seeds", 5, "--logs")
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in (out / "official.jsonl").read_text().splitlines()]
+    assert (row["seed"], row["with_protos_mean"], row["cpu_seconds"]) == (5, 0.9795, 823.0)
+    done = run(checkout, tmp_path, out, "--seeds", 6, "--logs")
+    assert done.returncode == 2 and "holds no final figures" in done.stderr
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
