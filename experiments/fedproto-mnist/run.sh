@@ -7,4 +7,4 @@ data="${FEDSHIFT_REAL_DATA:?set FEDSHIFT_REAL_DATA to the folder holding digit-f
 out="${1:-runs/fedproto}"
 bench="$(dirname "$0")/../../benchmarks"
 SEEDS="0 1 2" bash "$bench/results/fedproto_mnist.sh" "$data/digit-five" "$out"
-python "$bench/fidelity/fedproto_official_eval.py" "$out"/n*-s*
+python "$bench/fidelity/fedproto_official_eval.py" "$out"/n*-s* | tee "$out/paper-formula.md"
