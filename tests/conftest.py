@@ -104,9 +104,9 @@ def nano_digits(digits) -> DomainDataset:
     return shrink(digits, train=32, val=16, test=16)
 
 
-#: the side, in pixels, of the registry-wide checks' images (tests/test_contract.py and the
-#: bf16 checks): they check behaviour, not accuracy, and every convolution at 16 px costs a
-#: quarter of 32 px's (the contract's runs ~3x cheaper)
+#: the side, in pixels, of the images of checks that run every algorithm (the contract, bf16,
+#: checkpoints, attacks, resumes, training keys): they check behaviour, not accuracy, and a
+#: convolution at 16 px costs a quarter of 32 px's (the contract's runs ~3x cheaper)
 BEHAVIOUR_PX = 16
 
 

@@ -63,11 +63,10 @@ ACCURACY_KEYS = (
 
 @pytest.mark.parametrize("algorithm", list(REGISTRY))
 def test_algorithm_contract(algorithm, tmp_path, tiny16_digits):
-    tiny_digits = tiny16_digits  # behaviour, not accuracy: 16 px images (conftest.BEHAVIOUR_PX)
     cls = REGISTRY[algorithm]
     assert cls.name == algorithm and cls.paper, "every algorithm names itself and its source"
 
-    summary, runner = run(tmp_path, "a", algorithm, tiny_digits)
+    summary, runner = run(tmp_path, "a", algorithm, tiny16_digits)
     history = read_history(tmp_path / "a")
     assert len(history) == ROUNDS
     # honest clients pass the reply validation (their replies follow each task's schema)
@@ -90,9 +89,9 @@ def test_algorithm_contract(algorithm, tmp_path, tiny16_digits):
     # a second run with the same seed, stopped after round 1 (a fresh process state: new
     # task, algorithm and clients) and resumed from its checkpoint, equals the first run
     # exactly: this checks same seed -> same result and resume == uninterrupted at once
-    partial, _ = run(tmp_path, "c", algorithm, tiny_digits, stop_after=1)
+    partial, _ = run(tmp_path, "c", algorithm, tiny16_digits, stop_after=1)
     assert partial == {}
-    resumed, _ = run(tmp_path, "c", algorithm, tiny_digits, resume=True)
+    resumed, _ = run(tmp_path, "c", algorithm, tiny16_digits, resume=True)
     for key in ACCURACY_KEYS:
         assert resumed[key] == summary[key], key
     final = load_checkpoint(tmp_path / "c" / "checkpoint.pt")
